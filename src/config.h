@@ -1,0 +1,89 @@
+/* The configuration: the main INI file plus every *.ini in contexts_dir,
+ * parsed with inih into a Config. Pure: no I/O beyond reading the files. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "macro.h"
+
+typedef enum RestartPolicy {
+        RESTART_ALWAYS,
+        RESTART_ON_FAILURE,
+        RESTART_NO,
+        _RESTART_POLICY_MAX,
+} RestartPolicy;
+
+const char *restart_policy_to_string(RestartPolicy p);
+int restart_policy_from_string(const char *s); /* -EINVAL if unknown */
+
+/* Where a setting came from, for error messages: "file:line". */
+typedef struct ConfigSource {
+        char *file;
+        unsigned line;
+} ConfigSource;
+
+/* Settings of one context. [defaults] fills these first; [context:NAME] overrides. */
+typedef struct ContextConfig {
+        char *name;
+        ConfigSource source;    /* the [context:NAME] header */
+        char **argv;            /* NULL-terminated; may contain {kernel_file} and {name} */
+        RestartPolicy restart;
+        char *connection_file;  /* absolute; default <runtime_dir>/connections/<name>.json */
+        char *user;             /* NULL: the daemon's own user */
+        char *group;            /* NULL: the user's primary group */
+        char *cwd;              /* NULL: the user's home, or / */
+        char **env;             /* "K=V", NULL-terminated, in file order; never NULL */
+        bool autostart;
+        usec_t start_timeout;   /* spawn to kernel_info reply; default 30 s */
+        usec_t stop_timeout;    /* shutdown_request/SIGTERM to SIGKILL; default 10 s */
+        unsigned start_limit_burst;  /* failed starts ... default 5 */
+        usec_t start_limit_interval; /* ... within this window make it failed; default 60 s */
+        usec_t failed_cooldown;      /* failed is retried after this; default 5 min */
+        usec_t backoff_min, backoff_max; /* default 100 ms, 30 s */
+        usec_t backoff_reset;   /* ready this long resets the backoff; default 10 s */
+} ContextConfig;
+
+typedef struct Config {
+        char *path;             /* the main file */
+        char *socket_path;
+        char *runtime_dir;
+        char *state_dir;
+        char *contexts_dir;
+        uint16_t port_min, port_max;
+        ContextConfig *contexts; /* sorted by name */
+        size_t n_contexts;
+} Config;
+
+/* Directory defaults, which main takes from the environment
+ * ($RUNTIME_DIRECTORY, $STATE_DIRECTORY, $CONFIGURATION_DIRECTORY under systemd)
+ * or from the build's paths. Every field must be set. */
+typedef struct ConfigDefaults {
+        const char *runtime_dir;
+        const char *state_dir;
+        const char *contexts_dir;
+        const char *socket_path; /* NULL: <runtime_dir>/control.sock */
+} ConfigDefaults;
+
+/* Loads path and then every *.ini in the contexts_dir it names (sorted by name;
+ * a missing contexts_dir is not an error). On failure returns -EINVAL (or
+ * -ENOENT, -ENOMEM, ...) and, when ret_error is not NULL, a sentence that names
+ * file, line, key and value, e.g.
+ *   "/etc/kernelsup/kernelsup.ini:12: [context:a] restart = sometimes: expected always, on-failure or no".
+ * The config is rejected as a whole on the first error. */
+int config_load(const char *path, const ConfigDefaults *defaults, Config **ret, char **ret_error);
+
+Config *config_free(Config *c);
+static inline void config_freep(Config **c) {
+        config_free(*c);
+}
+
+const ContextConfig *config_find_context(const Config *c, const char *name);
+
+/* Expands {kernel_file} and {name} in cc->argv. Returns a new NULL-terminated vector. */
+int context_config_expand_argv(const ContextConfig *cc, const char *kernel_file, char ***ret);
+
+/* True when the settings that shape the running process differ (argv, user,
+ * group, cwd, env, connection_file): a reload must restart the kernel. */
+bool context_config_process_differs(const ContextConfig *a, const ContextConfig *b);

@@ -1,0 +1,59 @@
+/* The control socket server: accepts connections on a Unix stream socket,
+ * frames newline-delimited JSON-RPC, reads the peer's credentials and
+ * dispatches requests to a method table. Handlers may answer at once or
+ * later (a request stays open until replied to or cancelled). */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "macro.h"
+
+typedef struct ControlPeer {
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+} ControlPeer;
+
+typedef struct ControlRequest ControlRequest;
+
+typedef void (*control_handler_t)(ControlRequest *req, json_t *params, void *userdata);
+
+typedef struct ControlMethod {
+        const char *name;
+        control_handler_t handler;
+        unsigned flags; /* reserved */
+} ControlMethod;
+
+const ControlPeer *control_request_peer(const ControlRequest *req);
+const char *control_request_method(const ControlRequest *req);
+
+/* Each request is answered exactly once, by one of these two, which free it.
+ * result is stolen. */
+void control_request_reply(ControlRequest *req, json_t *result);
+void control_request_error(ControlRequest *req, int code, json_t *data, const char *fmt, ...) _printf_(4, 5);
+
+/* Sends a notification on the request's connection before the reply
+ * (streamed output). params is stolen. -EPIPE when the peer is gone. */
+int control_request_notify(ControlRequest *req, const char *method, json_t *params);
+
+/* When the peer disconnects before the reply, cancel(req, data) runs and
+ * then the request is freed; the handler must not answer it afterwards.
+ * Without a cancel callback the request is simply dropped with the peer. */
+void control_request_set_cancel(ControlRequest *req, void (*cancel)(ControlRequest *req, void *data), void *data);
+
+typedef struct ControlServer ControlServer;
+
+/* Listens on listen_fd when >= 0 (a socket systemd passed, already bound and
+ * listening), else binds path (removing a stale socket nobody answers on;
+ * refusing, with -EADDRINUSE, one that a live daemon answers on), mode 0660,
+ * group socket_gid when not (gid_t)-1. methods must outlive the server. */
+int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t socket_gid,
+                       const ControlMethod *methods, size_t n_methods, void *userdata, ControlServer **ret);
+
+/* Stops listening, removes the socket file it bound (not a passed fd's),
+ * cancels open requests and closes every connection. Frees itself after the
+ * last uv_close callback. */
+void control_server_close(ControlServer *s);

@@ -1,0 +1,87 @@
+/* The Jupyter wire protocol (messaging spec 5.3) over libzmq, in two layers:
+ *  - pure: build, sign (HMAC-SHA256), serialise, parse and verify messages;
+ *  - KernelConn: DEALER sockets to shell and control, SUB to iopub and a
+ *    DEALER to the heartbeat, driven by a libuv loop through ZMQ_FD. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "connfile.h"
+
+#define JUPYTER_DELIM "<IDS|MSG>"
+#define JUPYTER_PROTOCOL_VERSION "5.3"
+
+typedef struct JupyterMsg {
+        json_t *header;        /* msg_id, msg_type, session, username, date, version */
+        json_t *parent_header; /* {} when none */
+        json_t *metadata;
+        json_t *content;
+} JupyterMsg;
+
+void jupyter_msg_done(JupyterMsg *m); /* drops the four references */
+
+/* Accessors; "" when missing. */
+const char *jupyter_msg_type(const JupyterMsg *m);
+const char *jupyter_msg_id(const JupyterMsg *m);
+const char *jupyter_msg_parent_id(const JupyterMsg *m);
+
+/* Builds a request: a new header (uuid msg_id, session, username "kernelsup",
+ * ISO date, version 5.3), empty parent and metadata. content is stolen (NULL: {}). */
+int jupyter_msg_new(const char *msg_type, const char *session, json_t *content, JupyterMsg *ret);
+
+/* hex HMAC-SHA256 over header, parent_header, metadata and content, as sent. */
+void jupyter_sign(const char *key, const char *const parts[4], const size_t lens[4], char ret_hex[65]);
+
+/* The frames after the routing identities: delimiter, signature, header,
+ * parent, metadata, content. Each part is newly allocated. */
+typedef struct JupyterFrames {
+        char *part[6];
+        size_t len[6];
+} JupyterFrames;
+int jupyter_msg_serialize(const JupyterMsg *m, const char *key, JupyterFrames *ret);
+void jupyter_frames_done(JupyterFrames *f);
+
+/* Parses the multipart message frames[0..n): skips identities up to the
+ * delimiter, verifies the signature in constant time (an empty key disables
+ * signing, as in Jupyter), and parses the four JSON dicts. Extra buffers are
+ * ignored. -EBADMSG when malformed, -EPERM when the signature is wrong. */
+int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, const char *key, JupyterMsg *ret);
+
+/* ---- A live connection to one kernel. ---- */
+
+typedef struct KernelConn KernelConn;
+
+typedef struct KernelConnCallbacks {
+        /* A verified reply on shell or control (channel says which). msg is
+         * borrowed for the call. */
+        void (*on_reply)(KernelConn *c, Channel channel, const JupyterMsg *msg, void *userdata);
+        /* A verified message on iopub. */
+        void (*on_iopub)(KernelConn *c, const JupyterMsg *msg, void *userdata);
+        /* The heartbeat echoed a ping sent with kernel_conn_ping. */
+        void (*on_hb)(KernelConn *c, void *userdata);
+} KernelConnCallbacks;
+
+/* Connects (libzmq connects lazily and retries on its own) to the kernel at
+ * ci. zmq_ctx is the daemon's one context. Callbacks run from the loop,
+ * never from inside a kernel_conn_* call. Messages that fail verification
+ * are dropped (and counted). */
+int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, const KernelConnCallbacks *cb,
+                    void *userdata, KernelConn **ret);
+
+/* Sends a request on CHANNEL_SHELL or CHANNEL_CONTROL. content is stolen.
+ * ret_msg_id (37 bytes), when not NULL, receives the request's msg_id to
+ * match replies and iopub messages by parent id. */
+int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
+
+/* Sends one heartbeat ping; on_hb fires when it comes back. */
+int kernel_conn_ping(KernelConn *c);
+
+/* Counts of messages dropped for a bad signature or a bad format. */
+unsigned kernel_conn_dropped(const KernelConn *c);
+
+/* Closes the sockets (linger 0) and stops watching them; the memory is
+ * freed after the last uv_close callback. No callback runs after this. */
+void kernel_conn_close(KernelConn *c);

@@ -1,0 +1,65 @@
+/* Persistent state in state_dir, written atomically (temp + fsync + rename +
+ * fsync of the directory) as JSON with jansson:
+ *   supervisor.json        {"generation", "boot_id", "pid", "started_at"}
+ *   contexts/NAME.json     one ContextState each
+ * The (de)serialisation is pure and tested on its own. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "connfile.h"
+#include "macro.h"
+
+typedef struct SupervisorState {
+        uint64_t generation;
+        char boot_id[37];
+        pid_t pid;
+        usec_t started_at; /* CLOCK_REALTIME */
+} SupervisorState;
+
+/* Reads supervisor.json (a missing file is generation 0), increments the
+ * generation, records boot_id, pid and started_at, and writes it back before
+ * returning it. A corrupt file is moved aside to supervisor.json.corrupt and
+ * counting starts again from 1; the return value is then 1 (0 otherwise), so
+ * the caller can say so. */
+int state_supervisor_start(int state_dirfd, SupervisorState *ret);
+
+typedef struct ExitInfo {
+        bool valid;
+        int code;          /* exit status, when signal == 0 */
+        int signal;        /* terminating signal, or 0 */
+        bool oom;          /* killed by the OOM killer, when the system told */
+        usec_t at;         /* CLOCK_REALTIME */
+} ExitInfo;
+
+typedef struct ContextState {
+        /* Kept across restarts and reboots. */
+        ConnectionInfo conn;    /* ports and key; conn.ip is not persisted */
+        bool has_conn;
+        uint64_t incarnation;   /* +1 at every launch */
+        unsigned restarts;      /* launches after the first, since the daemon first saw it */
+        /* The current or last kernel process. */
+        char kernel_id[37];     /* "" when never launched */
+        pid_t pid;              /* 0 when not running */
+        uint64_t pid_starttime; /* /proc/PID/stat field 22, to tell a reused pid */
+        char boot_id[37];       /* boot the pid belongs to */
+        usec_t started_at;      /* CLOCK_REALTIME, 0 when never */
+        ExitInfo last_exit;
+        char *last_error;       /* owned; NULL when none */
+} ContextState;
+
+void context_state_done(ContextState *s); /* frees last_error, zeroes */
+
+/* Pure (de)serialisation. from_json fills *ret only on success; -EBADMSG
+ * when a field is missing or has the wrong type or range. */
+json_t *context_state_to_json(const ContextState *s);
+int context_state_from_json(const json_t *j, ContextState *ret);
+
+/* contexts/NAME.json under state_dirfd (created 0700 if missing).
+ * load: -ENOENT when there is none, -EBADMSG when it is corrupt. */
+int context_state_load(int state_dirfd, const char *name, ContextState *ret);
+int context_state_save(int state_dirfd, const char *name, const ContextState *s);
+int context_state_remove(int state_dirfd, const char *name);

@@ -1,0 +1,364 @@
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+usec_t now_usec(clockid_t clock) {
+        struct timespec ts;
+
+        if (clock_gettime(clock, &ts) < 0)
+                abort(); /* only with a bad clock id: a programming error */
+        return (usec_t) ts.tv_sec * USEC_PER_SEC + (usec_t) ts.tv_nsec / 1000;
+}
+
+int parse_duration(const char *s, usec_t *ret) {
+        static const struct {
+                const char *suffix;
+                usec_t mult;
+        } units[] = {
+                { "us", 1 },           { "ms", USEC_PER_MSEC },        { "s", USEC_PER_SEC },
+                { "sec", USEC_PER_SEC }, { "min", 60 * USEC_PER_SEC }, { "m", 60 * USEC_PER_SEC },
+                { "h", 3600 * USEC_PER_SEC }, { "d", 86400 * USEC_PER_SEC }, { "", USEC_PER_SEC },
+        };
+        char *end;
+        double v;
+
+        if (!s || !*s)
+                return -EINVAL;
+        if (streq(s, "infinity")) {
+                *ret = USEC_INFINITY;
+                return 0;
+        }
+        if (!isdigit((unsigned char) s[0]))
+                return -EINVAL;
+        errno = 0;
+        v = strtod(s, &end);
+        if (errno != 0 || end == s || !isfinite(v) || v < 0)
+                return -EINVAL;
+        for (size_t i = 0; i < ELEMENTSOF(units); i++) {
+                if (!streq(end, units[i].suffix))
+                        continue;
+                double r = v * (double) units[i].mult;
+                if (r >= 1.8e19)
+                        return -ERANGE;
+                *ret = (usec_t) llround(r);
+                return 0;
+        }
+        return -EINVAL;
+}
+
+char *format_duration(char *buf, size_t size, usec_t u) {
+        if (u == USEC_INFINITY)
+                snprintf(buf, size, "infinity");
+        else if (u < USEC_PER_SEC)
+                snprintf(buf, size, "%llums", u / USEC_PER_MSEC);
+        else if (u < 60 * USEC_PER_SEC)
+                snprintf(buf, size, "%llus", u / USEC_PER_SEC);
+        else if (u < 3600 * USEC_PER_SEC)
+                snprintf(buf, size, "%llumin %llus", u / (60 * USEC_PER_SEC), (u / USEC_PER_SEC) % 60);
+        else if (u < 86400 * USEC_PER_SEC)
+                snprintf(buf, size, "%lluh %llumin", u / (3600 * USEC_PER_SEC), (u / (60 * USEC_PER_SEC)) % 60);
+        else
+                snprintf(buf, size, "%llud %lluh", u / (86400 * USEC_PER_SEC), (u / (3600 * USEC_PER_SEC)) % 24);
+        return buf;
+}
+
+char *format_timestamp(char *buf, size_t size, usec_t t) {
+        time_t sec = (time_t) (t / USEC_PER_SEC);
+        struct tm tm;
+        char base[32];
+
+        gmtime_r(&sec, &tm);
+        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf, size, "%s.%03lluZ", base, (t % USEC_PER_SEC) / USEC_PER_MSEC);
+        return buf;
+}
+
+int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret) {
+        char *end;
+        unsigned long long v;
+
+        if (!s || !isdigit((unsigned char) s[0]))
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno == ERANGE)
+                return -ERANGE;
+        if (errno != 0 || *end != '\0')
+                return -EINVAL;
+        if (v < min || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int random_bytes(void *p, size_t n) {
+        uint8_t *b = p;
+
+        while (n > 0) {
+                ssize_t k = getrandom(b, n, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                b += k;
+                n -= (size_t) k;
+        }
+        return 0;
+}
+
+void hex_encode(const void *p, size_t n, char *out) {
+        static const char digits[] = "0123456789abcdef";
+        const uint8_t *b = p;
+
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = digits[b[i] >> 4];
+                out[2 * i + 1] = digits[b[i] & 15];
+        }
+        out[2 * n] = '\0';
+}
+
+static int unhex(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+int hex_decode(const char *s, void *out, size_t n) {
+        uint8_t *b = out;
+
+        if (strlen(s) != 2 * n)
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                int hi = unhex(s[2 * i]), lo = unhex(s[2 * i + 1]);
+                if (hi < 0 || lo < 0)
+                        return -EINVAL;
+                b[i] = (uint8_t) (hi << 4 | lo);
+        }
+        return 0;
+}
+
+void uuid_random(char out[37]) {
+        uint8_t u[16];
+        char hex[33];
+
+        if (random_bytes(u, sizeof u) < 0)
+                abort(); /* getrandom without GRND_NONBLOCK only fails on bad arguments */
+        u[6] = (u[6] & 0x0f) | 0x40;
+        u[8] = (u[8] & 0x3f) | 0x80;
+        hex_encode(u, sizeof u, hex);
+        snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+}
+
+int read_boot_id(char out[37]) {
+        _cleanup_free_ char *s = NULL;
+        size_t n;
+        int r;
+
+        r = read_file("/proc/sys/kernel/random/boot_id", 64, &s, &n);
+        if (r < 0)
+                return r;
+        if (n < 36)
+                return -EIO;
+        memcpy(out, s, 36);
+        out[36] = '\0';
+        return 0;
+}
+
+int proc_pid_starttime(pid_t pid, uint64_t *ret) {
+        char path[64];
+        _cleanup_free_ char *s = NULL;
+        char *p;
+        int r;
+
+        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+        r = read_file(path, 4096, &s, NULL);
+        if (r == -ENOENT)
+                return -ESRCH;
+        if (r < 0)
+                return r;
+        /* The command name (field 2) may hold spaces and parentheses: skip past the last ')'. */
+        p = strrchr(s, ')');
+        if (!p)
+                return -EIO;
+        p++;
+        /* Fields 3.. follow; starttime is field 22, the 20th after the ')'. */
+        for (int field = 3; field < 22; field++) {
+                p = strchr(p + 1, ' ');
+                if (!p)
+                        return -EIO;
+        }
+        if (sscanf(p, " %" SCNu64, ret) != 1)
+                return -EIO;
+        return 0;
+}
+
+int mkdir_p(const char *path, mode_t mode) {
+        _cleanup_free_ char *p = strdup(path);
+
+        if (!p)
+                return -ENOMEM;
+        for (char *s = p + 1; *s; s++) {
+                if (*s != '/')
+                        continue;
+                *s = '\0';
+                if (mkdir(p, mode) < 0 && errno != EEXIST)
+                        return -errno;
+                *s = '/';
+        }
+        if (mkdir(p, mode) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+int open_dir_nofollow(const char *path) {
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+        return fd < 0 ? -errno : fd;
+}
+
+int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, uid_t uid,
+                         gid_t gid) {
+        char tmp[NAME_MAX + 1];
+        uint8_t rnd[6];
+        char rhex[13];
+        _cleanup_close_ int fd = -1;
+        const char *p = data;
+        int r;
+
+        if (strlen(name) > NAME_MAX - 20)
+                return -ENAMETOOLONG;
+        r = random_bytes(rnd, sizeof rnd);
+        if (r < 0)
+                return r;
+        hex_encode(rnd, sizeof rnd, rhex);
+        snprintf(tmp, sizeof tmp, ".#%s.%s", name, rhex);
+
+        fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
+        while (len > 0) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = -errno;
+                        goto fail;
+                }
+                p += k;
+                len -= (size_t) k;
+        }
+        if (uid != (uid_t) -1 && fchown(fd, uid, gid) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        if (renameat(dirfd, tmp, dirfd, name) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        if (fsync(dirfd) < 0)
+                return -errno;
+        return 0;
+fail:
+        (void) unlinkat(dirfd, tmp, 0);
+        return r;
+}
+
+int path_split(const char *path, char **ret_dir, const char **ret_name) {
+        const char *slash = strrchr(path, '/');
+        char *dir;
+
+        if (!slash)
+                dir = strdup(".");
+        else if (slash == path)
+                dir = strdup("/");
+        else
+                dir = strndup(path, (size_t) (slash - path));
+        if (!dir)
+                return -ENOMEM;
+        *ret_dir = dir;
+        *ret_name = slash ? slash + 1 : path;
+        return 0;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid) {
+        _cleanup_free_ char *dir = NULL;
+        _cleanup_close_ int dirfd = -1;
+        const char *name;
+        int r;
+
+        r = path_split(path, &dir, &name);
+        if (r < 0)
+                return r;
+        if (!*name)
+                return -EISDIR;
+        dirfd = open_dir_nofollow(dir);
+        if (dirfd < 0)
+                return dirfd;
+        return write_file_atomic_at(dirfd, name, data, len, mode, uid, gid);
+}
+
+int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        _cleanup_free_ char *buf = NULL;
+        size_t n = 0;
+
+        if (fd < 0)
+                return -errno;
+        buf = malloc(max + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t k = read(fd, buf + n, max - n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (k == 0)
+                        break;
+                n += (size_t) k;
+                if (n == max) {
+                        char c;
+                        if (read(fd, &c, 1) > 0)
+                                return -EFBIG;
+                        break;
+                }
+        }
+        buf[n] = '\0';
+        *ret = TAKE_PTR(buf);
+        if (ret_size)
+                *ret_size = n;
+        return 0;
+}
+
+bool context_name_valid(const char *name) {
+        size_t n = strlen(name);
+
+        if (n == 0 || n > 64)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char) name[i]) && !strchr("_.-", name[i]))
+                        return false;
+        /* "." and ".." would name directories, not contexts. */
+        return !streq(name, ".") && !streq(name, "..");
+}

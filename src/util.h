@@ -1,0 +1,61 @@
+/* Shared helpers: clocks, durations, randomness, hex, atomic files, /proc.
+ * All return 0 or a positive value on success and -errno on failure. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "macro.h"
+
+usec_t now_usec(clockid_t clock);
+
+/* "30", "30s", "500ms", "5min", "2h", "1.5s", "250us". A bare number is seconds.
+ * "infinity" gives USEC_INFINITY. -EINVAL on anything else, -ERANGE on overflow. */
+int parse_duration(const char *s, usec_t *ret);
+/* Formats a duration for people: "2d 3h", "5min 2s", "850ms". Returns buf. */
+char *format_duration(char *buf, size_t size, usec_t usec);
+/* RFC 3339 UTC with milliseconds for a CLOCK_REALTIME value: "2026-11-29T10:11:32.123Z". */
+char *format_timestamp(char *buf, size_t size, usec_t realtime);
+
+/* Parses a whole decimal unsigned number in [min, max]; -EINVAL/-ERANGE otherwise. */
+int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret);
+
+int random_bytes(void *p, size_t n);
+/* Lower-case hex of n bytes into out (2n+1 bytes). */
+void hex_encode(const void *p, size_t n, char *out);
+/* Decodes exactly n bytes from 2n hex digits; -EINVAL otherwise. */
+int hex_decode(const char *s, void *out, size_t n);
+/* A random (version 4) UUID, 36 characters and a NUL. */
+void uuid_random(char out[37]);
+
+/* The kernel's boot_id (36 characters and a NUL). */
+int read_boot_id(char out[37]);
+/* Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat),
+ * which with the pid identifies a process across pid reuse. -ESRCH if gone. */
+int proc_pid_starttime(pid_t pid, uint64_t *ret);
+
+/* Creates path and its missing parents with mode (existing ones are left alone). */
+int mkdir_p(const char *path, mode_t mode);
+
+/* Opens a directory without following a symlink at its last component. */
+int open_dir_nofollow(const char *path);
+
+/* Writes data to name inside dirfd atomically: a temporary file created with
+ * O_EXCL|O_NOFOLLOW in the same directory, fchown (when uid != (uid_t)-1),
+ * fchmod, fsync, renameat over name (a symlink at name is replaced, never
+ * followed), then fsync of the directory. */
+int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, uid_t uid,
+                         gid_t gid);
+/* The same for a path: opens its parent with open_dir_nofollow. */
+int write_file_atomic(const char *path, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid);
+
+/* Reads a whole (small) file; NUL-terminated, *ret_size excludes the NUL. */
+int read_file(const char *path, size_t max, char **ret, size_t *ret_size);
+
+/* Splits "dir/name" into a newly allocated dir (or ".") and a pointer to the name. */
+int path_split(const char *path, char **ret_dir, const char **ret_name);
+
+bool context_name_valid(const char *name);
