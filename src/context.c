@@ -1,1 +1,801 @@
-/* stub: being written */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "connfile.h"
+#include "context.h"
+#include "jupyter.h"
+#include "log.h"
+#include "spawn.h"
+#include "supervisor.h"
+#include "util.h"
+
+/* How often an unanswered kernel_info_request is sent again while starting:
+ * a request sent before the kernel bound its shell port is queued by libzmq
+ * and delivered on connect, but one that reached a dying earlier process is
+ * lost. */
+#define KERNEL_INFO_RESEND_MSEC 2000
+
+struct Context {
+        Supervisor *sup;
+        const ContextConfig *cfg;
+        char *name;
+
+        ContextStateKind state;
+        bool want_running;
+        bool restart_pending;   /* stop in progress, then launch at once */
+
+        ContextState st;        /* persisted */
+        SpawnUser user;         /* resolved at launch */
+        bool user_resolved;
+
+        pid_t pid;              /* 0 when no process */
+        int pidfd;
+        uv_poll_t *pid_poll;    /* NULL when none; freed in its close callback */
+        KernelConn *conn;
+        bool deadline_hit;      /* the start deadline killed it */
+        char *pending_error;    /* why the current launch failed, set before its exit */
+
+        uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
+        uv_timer_t info_timer;  /* kernel_info resend while starting; backoff reset while ready */
+        int stop_phase;         /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
+        unsigned failures;      /* consecutive, for the backoff */
+        StartLimit limit;
+        int n_open_handles;
+};
+
+/* ---- Accessors ---- */
+
+const char *context_name(const Context *c) {
+        return c->name;
+}
+ContextStateKind context_state(const Context *c) {
+        return c->state;
+}
+pid_t context_pid(const Context *c) {
+        return c->pid;
+}
+bool context_autostart(const Context *c) {
+        return c->cfg->autostart;
+}
+const char *context_last_error(const Context *c) {
+        return c->st.last_error;
+}
+
+uid_t context_uid(const Context *c) {
+        SpawnUser u;
+        _cleanup_free_ char *err = NULL;
+        uid_t uid;
+
+        if (c->user_resolved)
+                return c->user.uid;
+        if (!c->cfg->user)
+                return getuid();
+        if (spawn_user_resolve(c->cfg->user, c->cfg->group, &u, &err) < 0)
+                return (uid_t) -1;
+        uid = u.uid;
+        spawn_user_done(&u);
+        return uid;
+}
+
+/* ---- State changes ---- */
+
+static void context_set_state(Context *c, ContextStateKind to) {
+        if (c->state == to)
+                return;
+        if (!context_transition_allowed(c->state, to))
+                log_error("%s: transition %s -> %s is not in the table", c->name, context_state_to_string(c->state),
+                          context_state_to_string(to));
+        log_debug("%s: %s -> %s", c->name, context_state_to_string(c->state), context_state_to_string(to));
+        c->state = to;
+        supervisor_context_changed(c->sup, c);
+}
+
+static void context_set_error(Context *c, const char *msg) {
+        free(c->st.last_error);
+        c->st.last_error = msg ? strdup(msg) : NULL;
+}
+
+static void context_save(Context *c) {
+        int r = context_state_save(c->sup->state_dirfd, c->name, &c->st);
+
+        if (r < 0)
+                log_error_errno(r, "%s: failed to save state to %s/contexts/%s.json: %m", c->name,
+                                c->sup->config->state_dir, c->name);
+}
+
+static void context_launch(Context *c);
+
+/* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
+
+typedef struct OutPipe {
+        uv_pipe_t pipe;
+        char *name;
+        size_t len;
+        char buf[4096];
+} OutPipe;
+
+static void out_close_cb(uv_handle_t *h) {
+        OutPipe *o = h->data;
+
+        free(o->name);
+        free(o);
+}
+
+static void out_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+        OutPipe *o = h->data;
+
+        *buf = uv_buf_init(o->buf + o->len, (unsigned) (sizeof o->buf - o->len));
+}
+
+static void out_flush(OutPipe *o, bool all) {
+        char *start = o->buf, *end = o->buf + o->len, *nl;
+
+        while ((nl = memchr(start, '\n', (size_t) (end - start)))) {
+                log_info("%s: %.*s", o->name, (int) (nl - start), start);
+                start = nl + 1;
+        }
+        /* A full buffer without a newline, or the end of the stream, is flushed as a line. */
+        if (start < end && (all || (start == o->buf && o->len == sizeof o->buf))) {
+                log_info("%s: %.*s", o->name, (int) (end - start), start);
+                start = end;
+        }
+        o->len = (size_t) (end - start);
+        memmove(o->buf, start, o->len);
+}
+
+static void out_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+        OutPipe *o = s->data;
+
+        if (n > 0) {
+                o->len += (size_t) n;
+                out_flush(o, false);
+        } else if (n < 0) {
+                out_flush(o, true);
+                uv_close((uv_handle_t *) s, out_close_cb);
+        }
+}
+
+/* Returns the write end for the child, or -errno. */
+static int out_pipe_open(Context *c) {
+        int fds[2];
+        OutPipe *o;
+        int r;
+
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return -errno;
+        o = calloc(1, sizeof *o);
+        if (!o || !(o->name = strdup(c->name))) {
+                free(o);
+                close(fds[0]);
+                close(fds[1]);
+                return -ENOMEM;
+        }
+        uv_pipe_init(c->sup->loop, &o->pipe, 0);
+        o->pipe.data = o;
+        r = uv_pipe_open(&o->pipe, fds[0]);
+        if (r >= 0)
+                r = uv_read_start((uv_stream_t *) &o->pipe, out_alloc_cb, out_read_cb);
+        if (r < 0) {
+                uv_close((uv_handle_t *) &o->pipe, out_close_cb);
+                close(fds[1]);
+                return r;
+        }
+        return fds[1];
+}
+
+/* ---- The kernel connection ---- */
+
+static void context_became_ready(Context *c);
+
+static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
+        Context *c = userdata;
+
+        if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply") &&
+            c->state == CONTEXT_STARTING)
+                context_became_ready(c);
+}
+
+static const KernelConnCallbacks conn_callbacks = {
+        .on_reply = conn_on_reply,
+};
+
+static void send_kernel_info(Context *c) {
+        int r = kernel_conn_send(c->conn, CHANNEL_SHELL, "kernel_info_request", json_object(), NULL);
+
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to send kernel_info_request: %m", c->name);
+}
+
+static void info_timer_cb(uv_timer_t *t) {
+        Context *c = t->data;
+
+        if (c->state == CONTEXT_STARTING && c->conn)
+                send_kernel_info(c);
+        else if (c->state == CONTEXT_READY || c->state == CONTEXT_BUSY) {
+                /* Ready long enough: the next failure starts the backoff from the beginning. */
+                c->failures = 0;
+                uv_timer_stop(t);
+        }
+}
+
+static void context_became_ready(Context *c) {
+        char d[32];
+
+        uv_timer_stop(&c->timer);
+        uv_timer_stop(&c->info_timer);
+        uv_timer_start(&c->info_timer, info_timer_cb, c->cfg->backoff_reset / USEC_PER_MSEC, 0);
+        context_set_error(c, c->pending_error);
+        free(c->pending_error);
+        c->pending_error = NULL;
+        context_save(c);
+        log_info("%s: kernel %s ready (pid %d, incarnation %llu, %s after launch)", c->name, c->st.kernel_id,
+                 (int) c->pid, (unsigned long long) c->st.incarnation,
+                 format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
+        context_set_state(c, CONTEXT_READY);
+}
+
+/* ---- Process exit ---- */
+
+static void pid_poll_close_cb(uv_handle_t *h) {
+        free(h);
+}
+
+static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
+        if (e->signal) {
+                const char *abbrev = sigabbrev_np(e->signal);
+                if (abbrev)
+                        snprintf(buf, size, "killed by SIG%s", abbrev);
+                else
+                        snprintf(buf, size, "killed by signal %d", e->signal);
+        } else
+                snprintf(buf, size, "exited with code %d", e->code);
+}
+
+static void context_schedule_restart(Context *c);
+
+/* The kernel (our child, or an adopted process) has exited: pidfd readable.
+ * Ends what is left of its process group before reaping the leader, so its
+ * pid (the group id) cannot be reused in between. */
+static void context_handle_exit(Context *c) {
+        ContextStateKind was = c->state;
+        siginfo_t si = { 0 };
+        char what[64], msg[256];
+
+        if (c->pid <= 0)
+                return;
+        (void) kill(-c->pid, SIGKILL);
+        if (waitid(P_PIDFD, (id_t) c->pidfd, &si, WEXITED | WNOHANG) < 0) {
+                if (errno != ECHILD)
+                        return;
+                /* Not our child (adopted): the pidfd says it is gone, its status is not ours. */
+                si.si_code = CLD_KILLED;
+                si.si_status = 0;
+        } else if (si.si_pid == 0)
+                return; /* not exited yet */
+
+        c->st.last_exit = (ExitInfo){
+                .valid = true,
+                .code = si.si_code == CLD_EXITED ? si.si_status : 0,
+                .signal = si.si_code == CLD_EXITED ? 0 : si.si_status,
+                .at = now_usec(CLOCK_REALTIME),
+        };
+        describe_exit(&c->st.last_exit, what, sizeof what);
+
+        uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
+        c->pid_poll = NULL;
+        close(c->pidfd);
+        c->pidfd = -1;
+        c->pid = 0;
+        c->st.pid = 0;
+        if (c->conn) {
+                kernel_conn_close(c->conn);
+                c->conn = NULL;
+        }
+        uv_timer_stop(&c->timer);
+        uv_timer_stop(&c->info_timer);
+
+        if (was == CONTEXT_STOPPING) {
+                log_info("%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
+                context_save(c);
+                if (c->restart_pending) {
+                        c->restart_pending = false;
+                        context_launch(c);
+                } else
+                        context_set_state(c, CONTEXT_STOPPED);
+                return;
+        }
+
+        if (c->pending_error)
+                snprintf(msg, sizeof msg, "%s", c->pending_error);
+        else if (was == CONTEXT_STARTING)
+                snprintf(msg, sizeof msg, "%s before it was ready", what);
+        else
+                snprintf(msg, sizeof msg, "kernel %s", what);
+        free(c->pending_error);
+        c->pending_error = NULL;
+        context_set_error(c, msg);
+        log_warning("%s: kernel %s (pid %d) %s", c->name, c->st.kernel_id, (int) si.si_pid, msg);
+        context_save(c);
+
+        if (c->cfg->restart == RESTART_NO ||
+            (c->cfg->restart == RESTART_ON_FAILURE && !c->st.last_exit.signal && c->st.last_exit.code == 0)) {
+                c->want_running = false;
+                context_set_state(c, CONTEXT_STOPPED);
+                return;
+        }
+        context_schedule_restart(c);
+}
+
+static void pid_poll_cb(uv_poll_t *p, int status, int events) {
+        context_handle_exit(p->data);
+}
+
+bool context_child_exited(Context *c, pid_t pid) {
+        if (c->pid <= 0 || c->pid != pid)
+                return false;
+        context_handle_exit(c);
+        return true;
+}
+
+/* ---- Restart policy ---- */
+
+static void timer_launch_cb(uv_timer_t *t) {
+        Context *c = t->data;
+
+        if (c->state == CONTEXT_FAILED)
+                start_limit_reset(&c->limit);
+        context_launch(c);
+}
+
+static void context_schedule_restart(Context *c) {
+        usec_t now = now_usec(CLOCK_MONOTONIC), delay;
+        char d[32];
+        uint32_t rnd = 0;
+
+        if (start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
+                log_error("%s: %u failed starts within %s; failed, retrying in %s", c->name,
+                          c->cfg->start_limit_burst, format_duration(d, sizeof d, c->cfg->start_limit_interval),
+                          format_duration(d, sizeof d, c->cfg->failed_cooldown));
+                c->failures = 0;
+                uv_timer_start(&c->timer, timer_launch_cb, c->cfg->failed_cooldown / USEC_PER_MSEC, 0);
+                context_set_state(c, CONTEXT_FAILED);
+                return;
+        }
+        (void) random_bytes(&rnd, sizeof rnd);
+        delay = backoff_delay(c->cfg->backoff_min, c->cfg->backoff_max, c->failures++, rnd);
+        log_info("%s: restarting in %s", c->name, format_duration(d, sizeof d, delay));
+        uv_timer_start(&c->timer, timer_launch_cb, delay / USEC_PER_MSEC, 0);
+        context_set_state(c, CONTEXT_BACKOFF);
+}
+
+/* A launch that failed before a process existed (bad user, exec error, ...). */
+static void context_launch_failed(Context *c, const char *msg) {
+        log_error("%s: %s", c->name, msg);
+        context_set_error(c, msg);
+        c->st.last_exit = (ExitInfo){ 0 };
+        context_save(c);
+        /* Keep to the table's path: a failure follows a start. */
+        context_set_state(c, CONTEXT_STARTING);
+        context_schedule_restart(c);
+}
+
+/* ---- Launch ---- */
+
+static void deadline_cb(uv_timer_t *t) {
+        Context *c = t->data;
+        char d[32], msg[160];
+
+        if (c->state != CONTEXT_STARTING || c->pid <= 0)
+                return;
+        snprintf(msg, sizeof msg, "did not answer kernel_info within start_timeout (%s); killed",
+                 format_duration(d, sizeof d, c->cfg->start_timeout));
+        free(c->pending_error);
+        c->pending_error = strdup(msg);
+        c->deadline_hit = true;
+        (void) kill(-c->pid, SIGKILL);
+}
+
+/* Makes sure the ports are free to bind; a port another process holds is
+ * replaced by a free one (and said so), since a clash on iopub would hang the
+ * kernel until the start deadline. */
+static int context_prepare_ports(Context *c, char **ret_note) {
+        const Config *cfg = c->sup->config;
+        _cleanup_free_ uint16_t *taken = NULL;
+        size_t n_taken = 0;
+        uint16_t fresh[_CHANNEL_MAX];
+        unsigned used = 0;
+        char note[512] = "";
+        int r;
+
+        r = supervisor_taken_ports(c->sup, c, &taken, &n_taken);
+        if (r < 0)
+                return r;
+        if (!c->st.has_conn) {
+                r = connection_key_new(c->st.conn.key);
+                if (r < 0)
+                        return r;
+                r = ports_allocate(c->name, c->st.conn.ip, cfg->port_min, cfg->port_max, taken, n_taken,
+                                   c->st.conn.ports);
+                if (r < 0)
+                        return r;
+                c->st.has_conn = true;
+                return 0;
+        }
+        for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
+                uint16_t port = c->st.conn.ports[ch];
+                bool in_range = port >= cfg->port_min && port <= cfg->port_max;
+                if (in_range && port_is_free(c->st.conn.ip, port) != 0)
+                        continue;
+                if (used == 0) {
+                        /* Our own ports count as taken too, so a replacement never collides with them. */
+                        uint16_t *t = realloc(taken, sizeof(uint16_t) * (n_taken + _CHANNEL_MAX));
+                        if (!t)
+                                return -ENOMEM;
+                        taken = t;
+                        memcpy(taken + n_taken, c->st.conn.ports, sizeof c->st.conn.ports);
+                        n_taken += _CHANNEL_MAX;
+                        r = ports_allocate(c->name, c->st.conn.ip, cfg->port_min, cfg->port_max, taken, n_taken,
+                                           fresh);
+                        if (r < 0)
+                                return r;
+                }
+                size_t l = strlen(note);
+                snprintf(note + l, sizeof note - l, "%s%s port %u %s; moved to %u", l ? ", " : "",
+                         channel_to_string(ch), port, in_range ? "was in use" : "is outside port_range",
+                         fresh[used]);
+                c->st.conn.ports[ch] = fresh[used++];
+        }
+        if (used > 0)
+                *ret_note = strdup(note);
+        return 0;
+}
+
+static int fail_path(char **ret_error, const char *what, const char *path, int r) {
+        if (asprintf(ret_error, "Failed to %s %s: %s", what, path, strerror(-r)) < 0)
+                *ret_error = NULL;
+        return r;
+}
+
+static int context_write_files(Context *c, char **ret_kernel_file, char **ret_error) {
+        const Config *cfg = c->sup->config;
+        _cleanup_free_ char *dir = NULL, *kfile = NULL, *text = NULL;
+        uid_t uid = c->user.change ? c->user.uid : (uid_t) -1;
+        gid_t gid = c->user.change ? c->user.gid : (gid_t) -1;
+        int r;
+
+        /* The kernel's private copy: ipykernel rewrites the file it is given. */
+        if (asprintf(&dir, "%s/kernels/%s", cfg->runtime_dir, c->name) < 0 ||
+            asprintf(&kfile, "%s/kernel.json", dir) < 0)
+                return -ENOMEM;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return fail_path(ret_error, "create", dir, -errno);
+        if (c->user.change && chown(dir, uid, gid) < 0)
+                return fail_path(ret_error, "chown", dir, -errno);
+        text = connection_info_format(&c->st.conn);
+        if (!text)
+                return -ENOMEM;
+        r = write_file_atomic(kfile, text, strlen(text), 0600, uid, gid);
+        if (r < 0)
+                return fail_path(ret_error, "write", kfile, r);
+        r = connection_file_write(c->cfg->connection_file, &c->st.conn, uid, gid);
+        if (r < 0)
+                return fail_path(ret_error, "write the connection file", c->cfg->connection_file, r);
+        *ret_kernel_file = TAKE_PTR(kfile);
+        return 0;
+}
+
+static void context_launch(Context *c) {
+        _cleanup_free_ char *err = NULL, *note = NULL, *kfile = NULL;
+        _cleanup_strv_free_ char **argv = NULL, **env = NULL;
+        char *extra[64 + 3] = { 0 };
+        char idvar[64], ctxvar[128];
+        size_t n_extra = 0;
+        int outfd, r;
+
+        uv_timer_stop(&c->timer);
+        c->deadline_hit = false;
+        free(c->pending_error);
+        c->pending_error = NULL;
+
+        if (!c->user_resolved) {
+                r = spawn_user_resolve(c->cfg->user, c->cfg->group, &c->user, &err);
+                if (r < 0)
+                        return context_launch_failed(c, err ?: "cannot resolve the user");
+                c->user_resolved = true;
+        }
+        r = context_prepare_ports(c, &note);
+        if (r < 0) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "no free ports in port_range %u-%u: %s", c->sup->config->port_min,
+                         c->sup->config->port_max, strerror(-r));
+                return context_launch_failed(c, msg);
+        }
+        if (note)
+                log_warning("%s: %s", c->name, note);
+        r = context_write_files(c, &kfile, &err);
+        if (r < 0)
+                return context_launch_failed(c, err ?: strerror(-r));
+
+        uuid_random(c->st.kernel_id);
+        if (c->st.incarnation > 0)
+                c->st.restarts++;
+        c->st.incarnation++;
+
+        r = context_config_expand_argv(c->cfg, kfile, &argv);
+        if (r < 0)
+                return context_launch_failed(c, "out of memory");
+        snprintf(idvar, sizeof idvar, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
+        snprintf(ctxvar, sizeof ctxvar, "KERNELSUP_CONTEXT=%s", c->name);
+        for (char **e = c->cfg->env; *e && n_extra < 64; e++)
+                extra[n_extra++] = *e;
+        extra[n_extra++] = ctxvar;
+        extra[n_extra++] = idvar;
+        r = spawn_env_build(&c->user, extra, &env);
+        if (r < 0)
+                return context_launch_failed(c, "out of memory");
+
+        outfd = out_pipe_open(c);
+        if (outfd < 0)
+                return context_launch_failed(c, "cannot create the output pipe");
+        SpawnParams p = {
+                .argv = argv,
+                .env = env,
+                .cwd = c->cfg->cwd ?: (c->user.home && c->user.change ? c->user.home : "/"),
+                .user = &c->user,
+                .stdout_fd = outfd,
+        };
+        free(err);
+        err = NULL;
+        r = spawn_kernel(&p, &c->pid, &c->pidfd, &err);
+        close(outfd);
+        if (r < 0) {
+                c->st.started_at = now_usec(CLOCK_REALTIME);
+                c->st.last_exit = (ExitInfo){ 0 };
+                return context_launch_failed(c, err ?: strerror(-r));
+        }
+
+        c->st.pid = c->pid;
+        (void) proc_pid_starttime(c->pid, &c->st.pid_starttime);
+        memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
+        c->st.started_at = now_usec(CLOCK_REALTIME);
+        /* The note about moved ports stays as last_error once the kernel is ready. */
+        c->pending_error = TAKE_PTR(note);
+        context_save(c);
+
+        c->pid_poll = malloc(sizeof(uv_poll_t));
+        if (!c->pid_poll || uv_poll_init(c->sup->loop, c->pid_poll, c->pidfd) < 0) {
+                free(c->pid_poll);
+                c->pid_poll = NULL;
+                (void) kill(-c->pid, SIGKILL);
+                (void) waitid(P_PIDFD, (id_t) c->pidfd, &(siginfo_t){ 0 }, WEXITED);
+                close(c->pidfd);
+                c->pid = 0;
+                return context_launch_failed(c, "cannot watch the kernel process");
+        }
+        c->pid_poll->data = c;
+        uv_poll_start(c->pid_poll, UV_READABLE, pid_poll_cb);
+
+        log_info("%s: launched kernel %s (pid %d, incarnation %llu)", c->name, c->st.kernel_id, (int) c->pid,
+                 (unsigned long long) c->st.incarnation);
+        context_set_state(c, CONTEXT_STARTING);
+
+        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, &conn_callbacks, c, &c->conn);
+        if (r < 0) {
+                log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
+                free(c->pending_error);
+                c->pending_error = strdup("cannot connect to the kernel's ports");
+                (void) kill(-c->pid, SIGKILL);
+                return;
+        }
+        send_kernel_info(c);
+        uv_timer_start(&c->info_timer, info_timer_cb, KERNEL_INFO_RESEND_MSEC, KERNEL_INFO_RESEND_MSEC);
+        uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
+}
+
+/* ---- Stop ---- */
+
+static void stop_timer_cb(uv_timer_t *t) {
+        Context *c = t->data;
+
+        if (c->state != CONTEXT_STOPPING || c->pid <= 0)
+                return;
+        if (c->stop_phase == 0) {
+                log_info("%s: kernel did not stop on shutdown_request; sending SIGTERM", c->name);
+                (void) kill(-c->pid, SIGTERM);
+                c->stop_phase = 1;
+                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+        } else {
+                log_warning("%s: kernel did not stop within stop_timeout; sending SIGKILL", c->name);
+                (void) kill(-c->pid, SIGKILL);
+                c->stop_phase = 2;
+        }
+}
+
+static void context_begin_stop(Context *c) {
+        uv_timer_stop(&c->timer);
+        uv_timer_stop(&c->info_timer);
+        switch (c->state) {
+        case CONTEXT_STARTING:
+        case CONTEXT_READY:
+        case CONTEXT_BUSY:
+        case CONTEXT_UNRESPONSIVE:
+                c->stop_phase = 0;
+                context_set_state(c, CONTEXT_STOPPING);
+                if (c->conn && c->state != CONTEXT_STARTING)
+                        (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "shutdown_request",
+                                                json_pack("{s:b}", "restart", 0), NULL);
+                /* A kernel still starting gets no request it could not answer: SIGTERM at once. */
+                if (!c->conn) {
+                        (void) kill(-c->pid, SIGTERM);
+                        c->stop_phase = 1;
+                }
+                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                break;
+        case CONTEXT_BACKOFF:
+        case CONTEXT_FAILED:
+                context_set_state(c, CONTEXT_STOPPED);
+                break;
+        default:
+                break;
+        }
+}
+
+void context_start(Context *c) {
+        c->want_running = true;
+        if (c->state == CONTEXT_STOPPED || c->state == CONTEXT_BACKOFF || c->state == CONTEXT_FAILED) {
+                if (c->state == CONTEXT_FAILED)
+                        start_limit_reset(&c->limit);
+                c->failures = 0;
+                context_launch(c);
+        } else if (c->state == CONTEXT_STOPPING)
+                c->restart_pending = true;
+}
+
+void context_stop(Context *c) {
+        c->want_running = false;
+        c->restart_pending = false;
+        context_begin_stop(c);
+}
+
+void context_restart(Context *c) {
+        c->want_running = true;
+        if (c->pid > 0) {
+                c->restart_pending = true;
+                if (c->state != CONTEXT_STOPPING)
+                        context_begin_stop(c);
+        } else
+                context_start(c);
+}
+
+/* ---- Lifetime ---- */
+
+int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **ret_warning) {
+        Context *c = calloc(1, sizeof *c);
+        int r;
+
+        if (!c || !(c->name = strdup(cfg->name))) {
+                free(c);
+                return -ENOMEM;
+        }
+        c->sup = s;
+        c->cfg = cfg;
+        c->pidfd = -1;
+        c->state = CONTEXT_STOPPED;
+
+        r = context_state_load(s->state_dirfd, c->name, &c->st);
+        if (r == -EBADMSG) {
+                char from[300], to[320];
+                snprintf(from, sizeof from, "contexts/%s.json", c->name);
+                snprintf(to, sizeof to, "contexts/%s.json.corrupt", c->name);
+                (void) renameat(s->state_dirfd, from, s->state_dirfd, to);
+                if (asprintf(ret_warning, "%s/%s was corrupt; moved to %s and started afresh (new ports and key)",
+                             s->config->state_dir, from, to) < 0)
+                        *ret_warning = NULL;
+                c->st = (ContextState){ 0 };
+        } else if (r < 0 && r != -ENOENT) {
+                free(c->name);
+                free(c);
+                return r;
+        }
+        snprintf(c->st.conn.ip, sizeof c->st.conn.ip, "127.0.0.1");
+
+        uv_timer_init(s->loop, &c->timer);
+        uv_timer_init(s->loop, &c->info_timer);
+        c->timer.data = c->info_timer.data = c;
+        *ret = c;
+        return 0;
+}
+
+int context_end_leftover(Context *c) {
+        uint64_t start;
+        _cleanup_close_ int fd = -1;
+
+        if (c->st.pid <= 0 || !streq(c->st.boot_id, c->sup->sstate.boot_id))
+                return 0;
+        /* A pid from this boot whose start time differs is another process now. */
+        if (proc_pid_starttime(c->st.pid, &start) < 0 || start != c->st.pid_starttime)
+                return 0;
+        fd = pidfd_open(c->st.pid, 0);
+        if (fd < 0)
+                return 0;
+        if (getpgid(c->st.pid) == c->st.pid)
+                (void) kill(-c->st.pid, SIGKILL);
+        else
+                (void) pidfd_send_signal(fd, SIGKILL, NULL, 0);
+        /* A pidfd turns readable when the process has exited. */
+        (void) poll(&(struct pollfd){ .fd = fd, .events = POLLIN }, 1, 5000);
+        c->st.pid = 0;
+        return 1;
+}
+
+static void context_timer_close_cb(uv_handle_t *h) {
+        Context *c = h->data;
+
+        if (--c->n_open_handles > 0)
+                return;
+        context_state_done(&c->st);
+        spawn_user_done(&c->user);
+        free(c->pending_error);
+        free(c->name);
+        free(c);
+}
+
+void context_free(Context *c) {
+        if (!c)
+                return;
+        if (c->conn)
+                kernel_conn_close(c->conn);
+        if (c->pid_poll)
+                uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
+        if (c->pidfd >= 0)
+                close(c->pidfd);
+        c->n_open_handles = 2;
+        uv_close((uv_handle_t *) &c->timer, context_timer_close_cb);
+        uv_close((uv_handle_t *) &c->info_timer, context_timer_close_cb);
+}
+
+/* ---- Status ---- */
+
+static json_t *json_timestamp(usec_t t) {
+        char buf[64];
+
+        return t ? json_string(format_timestamp(buf, sizeof buf, t)) : json_null();
+}
+
+json_t *context_to_json(const Context *c) {
+        bool running = c->pid > 0;
+        usec_t now = now_usec(CLOCK_REALTIME);
+        json_t *last_exit = json_null();
+
+        if (c->st.last_exit.valid) {
+                const char *abbrev = c->st.last_exit.signal ? sigabbrev_np(c->st.last_exit.signal) : NULL;
+                char sig[32];
+                if (abbrev)
+                        snprintf(sig, sizeof sig, "SIG%s", abbrev);
+                else
+                        snprintf(sig, sizeof sig, "%d", c->st.last_exit.signal);
+                last_exit = json_pack("{s:o, s:o, s:b, s:o}", "code",
+                                      c->st.last_exit.signal ? json_null() : json_integer(c->st.last_exit.code),
+                                      "signal", c->st.last_exit.signal ? json_string(sig) : json_null(), "oom",
+                                      c->st.last_exit.oom, "at", json_timestamp(c->st.last_exit.at));
+        }
+        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o}", "name", c->name, "state",
+                         context_state_to_string(c->state), "pid", running ? json_integer(c->pid) : json_null(),
+                         "kernel_id", c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(),
+                         "incarnation", (json_int_t) c->st.incarnation, "restarts", (json_int_t) c->st.restarts,
+                         "started_at", running ? json_timestamp(c->st.started_at) : json_null(), "uptime",
+                         running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6)
+                                                            : json_null(),
+                         "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
+                         c->st.last_error ? json_string(c->st.last_error) : json_null());
+}

@@ -1,0 +1,49 @@
+/* One supervised kernel: its state machine, launch, readiness, restart
+ * policy with backoff and start limit (policy.h), and stop escalation. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "macro.h"
+#include "policy.h"
+#include "state.h"
+
+typedef struct Supervisor Supervisor;
+typedef struct Context Context;
+
+/* Creates the context for cfg (borrowed: it must outlive the context or be
+ * replaced with context_set_config), loading its persisted state. A corrupt
+ * state file is moved aside and the context starts afresh (*ret_warning says
+ * so). Does not start anything. */
+int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **ret_warning);
+
+/* Ends a kernel left by an earlier daemon of this boot (recorded pid alive
+ * with the recorded start time), with its whole process group, before its
+ * ports are reused. Blocks up to a few seconds. Returns 1 when one was ended. */
+int context_end_leftover(Context *c);
+
+void context_start(Context *c);    /* want it running: launch now unless running */
+void context_stop(Context *c);     /* want it stopped: shutdown_request, SIGTERM, SIGKILL */
+void context_restart(Context *c);  /* stop, then launch at once (no backoff) */
+
+/* Frees a stopped context (closes its handles; memory goes after the last
+ * close callback). */
+void context_free(Context *c);
+
+const char *context_name(const Context *c);
+ContextStateKind context_state(const Context *c);
+pid_t context_pid(const Context *c);
+uid_t context_uid(const Context *c); /* the uid its kernel runs as */
+bool context_autostart(const Context *c);
+const char *context_last_error(const Context *c);
+
+/* A child the supervisor's SIGCHLD scan saw exit (not yet reaped): when it is
+ * this context's kernel, handles the exit (reaping it) and returns true. */
+bool context_child_exited(Context *c, pid_t pid);
+
+/* The status object of DESIGN.md/protocol.h. */
+json_t *context_to_json(const Context *c);

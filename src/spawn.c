@@ -1,1 +1,290 @@
-/* stub: being written */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/close_range.h>
+
+#include "spawn.h"
+#include "util.h"
+
+extern char **environ;
+
+static int parse_id(const char *s, unsigned *ret) {
+        unsigned long long v;
+        int r = parse_uint(s, 0, (unsigned) -2, &v);
+
+        if (r < 0)
+                return r;
+        *ret = (unsigned) v;
+        return 0;
+}
+
+int spawn_user_resolve(const char *user, const char *group, SpawnUser *ret, char **ret_error) {
+        SpawnUser u = { .uid = getuid(), .gid = getgid() };
+        struct passwd pw, *pwp = NULL;
+        struct group gr, *grp = NULL;
+        _cleanup_free_ char *buf = NULL;
+        size_t bufsize = 16384;
+        unsigned id;
+        int r;
+
+        buf = malloc(bufsize);
+        if (!buf)
+                return -ENOMEM;
+
+        if (user) {
+                if (parse_id(user, &id) >= 0)
+                        r = getpwuid_r((uid_t) id, &pw, buf, bufsize, &pwp);
+                else
+                        r = getpwnam_r(user, &pw, buf, bufsize, &pwp);
+                if (r != 0 || !pwp) {
+                        if (asprintf(ret_error, "user '%s' does not exist", user) < 0)
+                                *ret_error = NULL;
+                        return -ESRCH;
+                }
+                u.change = true;
+                u.uid = pw.pw_uid;
+                u.gid = pw.pw_gid;
+                u.name = strdup(pw.pw_name);
+                u.home = strdup(pw.pw_dir);
+                u.shell = strdup(pw.pw_shell);
+                if (!u.name || !u.home || !u.shell)
+                        goto oom;
+        }
+        if (group) {
+                if (parse_id(group, &id) >= 0)
+                        r = getgrgid_r((gid_t) id, &gr, buf, bufsize, &grp);
+                else
+                        r = getgrnam_r(group, &gr, buf, bufsize, &grp);
+                if (r != 0 || !grp) {
+                        if (asprintf(ret_error, "group '%s' does not exist", group) < 0)
+                                *ret_error = NULL;
+                        spawn_user_done(&u);
+                        return -ESRCH;
+                }
+                u.change = true;
+                u.gid = gr.gr_gid;
+        }
+        if (u.change) {
+                int n = 32;
+                for (;;) {
+                        gid_t *g = realloc(u.groups, sizeof(gid_t) * (size_t) n);
+                        if (!g)
+                                goto oom;
+                        u.groups = g;
+                        if (!u.name) {
+                                /* Only a group was given: no supplementary groups. */
+                                n = 1;
+                                u.groups[0] = u.gid;
+                                break;
+                        }
+                        if (getgrouplist(u.name, u.gid, u.groups, &n) >= 0)
+                                break;
+                        /* n now holds the number needed. */
+                }
+                u.n_groups = n;
+        }
+        *ret = u;
+        return 0;
+oom:
+        spawn_user_done(&u);
+        return -ENOMEM;
+}
+
+void spawn_user_done(SpawnUser *u) {
+        free(u->groups);
+        free(u->name);
+        free(u->home);
+        free(u->shell);
+        *u = (SpawnUser){ 0 };
+}
+
+static bool env_is_private(const char *e) {
+        static const char *const names[] = {
+                "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
+                "LISTEN_FDNAMES", "JPY_PARENT_PID", "KERNELSUP_SOCKET",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                size_t n = strlen(names[i]);
+                if (strncmp(e, names[i], n) == 0 && e[n] == '=')
+                        return true;
+        }
+        return false;
+}
+
+/* Sets "K=V" in v (of n entries, room for one more and the NULL), replacing
+ * an entry with the same K. Takes kv. */
+static void env_put(char **v, size_t *n, char *kv) {
+        size_t klen = strcspn(kv, "=");
+
+        for (size_t i = 0; i < *n; i++)
+                if (strncmp(v[i], kv, klen) == 0 && v[i][klen] == '=') {
+                        free(v[i]);
+                        v[i] = kv;
+                        return;
+                }
+        v[(*n)++] = kv;
+        v[*n] = NULL;
+}
+
+int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret) {
+        size_t cap = 8, n = 0;
+        char **v;
+
+        for (char **e = environ; *e; e++)
+                cap++;
+        for (char *const *e = extra; e && *e; e++)
+                cap++;
+        v = calloc(cap + 1, sizeof(char *));
+        if (!v)
+                return -ENOMEM;
+
+        for (char **e = environ; *e; e++) {
+                if (env_is_private(*e))
+                        continue;
+                char *s = strdup(*e);
+                if (!s)
+                        goto oom;
+                env_put(v, &n, s);
+        }
+        if (u && u->name) {
+                const char *pairs[][2] = {
+                        { "USER", u->name }, { "LOGNAME", u->name }, { "HOME", u->home }, { "SHELL", u->shell },
+                };
+                for (size_t i = 0; i < ELEMENTSOF(pairs); i++) {
+                        char *s;
+                        if (asprintf(&s, "%s=%s", pairs[i][0], pairs[i][1]) < 0)
+                                goto oom;
+                        env_put(v, &n, s);
+                }
+        }
+        for (char *const *e = extra; e && *e; e++) {
+                char *s = strdup(*e);
+                if (!s)
+                        goto oom;
+                env_put(v, &n, s);
+        }
+        *ret = v;
+        return 0;
+oom:
+        strv_free(v);
+        return -ENOMEM;
+}
+
+/* The child: only async-signal-safe calls from here to execve. */
+_Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd) {
+        const SpawnUser *u = p->user;
+        sigset_t all;
+        int step, e;
+
+        /* Signal handling is inherited across exec for ignored signals and the mask. */
+        for (int sig = 1; sig < _NSIG; sig++)
+                (void) signal(sig, SIG_DFL);
+        sigemptyset(&all);
+        (void) sigprocmask(SIG_SETMASK, &all, NULL);
+
+        step = 1;
+        if (setsid() < 0)
+                goto fail;
+        step = 2;
+        if (dup2(devnull, STDIN_FILENO) < 0 || dup2(p->stdout_fd, STDOUT_FILENO) < 0 ||
+            dup2(p->stdout_fd, STDERR_FILENO) < 0)
+                goto fail;
+        if (u && u->change) {
+                step = 3;
+                if (setgroups((size_t) u->n_groups, u->groups) < 0)
+                        goto fail;
+                step = 4;
+                if (setresgid(u->gid, u->gid, u->gid) < 0)
+                        goto fail;
+                step = 5;
+                if (setresuid(u->uid, u->uid, u->uid) < 0)
+                        goto fail;
+        }
+        step = 6;
+        if (chdir(p->cwd ?: "/") < 0)
+                goto fail;
+        /* Every other descriptor closes at exec; errfd must live until then. */
+        step = 7;
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+                goto fail;
+        step = 8;
+        execve(p->argv[0], p->argv, p->env);
+fail:
+        e = errno;
+        {
+                int msg[2] = { step, e };
+                (void) !write(errfd, msg, sizeof msg);
+        }
+        _exit(127);
+}
+
+static const char *step_name(int step) {
+        switch (step) {
+        case 1: return "setsid";
+        case 2: return "dup2";
+        case 3: return "setgroups";
+        case 4: return "setgid";
+        case 5: return "setuid";
+        case 6: return "chdir";
+        case 7: return "close_range";
+        default: return "exec";
+        }
+}
+
+int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error) {
+        _cleanup_close_ int devnull = -1, pidfd = -1;
+        int errpipe[2], msg[2];
+        ssize_t k;
+        pid_t pid;
+
+        devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (devnull < 0)
+                return -errno;
+        if (pipe2(errpipe, O_CLOEXEC) < 0)
+                return -errno;
+
+        pid = fork();
+        if (pid < 0) {
+                int e = errno;
+                close(errpipe[0]);
+                close(errpipe[1]);
+                return -e;
+        }
+        if (pid == 0)
+                child_exec(p, devnull, errpipe[1]);
+
+        close(errpipe[1]);
+        /* Nothing reaps in between: the loop's SIGCHLD handler runs only when we return. */
+        pidfd = pidfd_open(pid, 0);
+        if (pidfd < 0) {
+                int e = errno;
+                (void) kill(pid, SIGKILL);
+                (void) waitpid(pid, NULL, 0);
+                close(errpipe[0]);
+                return -e;
+        }
+        do
+                k = read(errpipe[0], msg, sizeof msg);
+        while (k < 0 && errno == EINTR);
+        close(errpipe[0]);
+        if (k == (ssize_t) sizeof msg) {
+                siginfo_t si;
+                (void) waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED);
+                if (asprintf(ret_error, "%s %s: %s", step_name(msg[0]), msg[0] == 6 ? (p->cwd ?: "/") : p->argv[0],
+                             strerror(msg[1])) < 0)
+                        *ret_error = NULL;
+                return -msg[1];
+        }
+        /* The fcntl flag is on already (pidfd_open sets O_CLOEXEC). */
+        *ret_pid = pid;
+        *ret_pidfd = TAKE_FD(pidfd);
+        return 0;
+}

@@ -1,0 +1,48 @@
+/* Launching a kernel: everything that can take a lock (NSS lookups, malloc)
+ * happens in the parent; the child between fork and exec only makes
+ * async-signal-safe calls (pitfalls.md: libzmq's threads make us threaded). */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* A resolved identity for the child. */
+typedef struct SpawnUser {
+        bool change;       /* false: keep the daemon's identity */
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups;     /* supplementary groups, from getgrouplist */
+        int n_groups;
+        char *name;
+        char *home;
+        char *shell;
+} SpawnUser;
+
+/* Resolves user (a name or a numeric uid) and group (name or gid; NULL: the
+ * user's primary group) with getpwnam_r/getgrnam_r/getgrouplist. user NULL:
+ * the daemon's own identity (change = false) unless group is set. -ESRCH
+ * when the user or group does not exist; *ret_error then says which. */
+int spawn_user_resolve(const char *user, const char *group, SpawnUser *ret, char **ret_error);
+void spawn_user_done(SpawnUser *u);
+
+/* Builds the kernel's environment: the daemon's own minus what only the
+ * daemon may use (NOTIFY_SOCKET, WATCHDOG_*, LISTEN_*, JPY_PARENT_PID), USER,
+ * LOGNAME, HOME and SHELL for a changed user, then extra ("K=V", later ones
+ * win). Returns a new NULL-terminated vector. */
+int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret);
+
+typedef struct SpawnParams {
+        char *const *argv;  /* argv[0] is an absolute path */
+        char *const *env;
+        const char *cwd;    /* NULL: "/" */
+        const SpawnUser *user;
+        int stdout_fd;      /* the child's stdout and stderr; stdin is /dev/null */
+} SpawnParams;
+
+/* Forks and execs a kernel in its own session and process group, with a
+ * pidfd for it taken before anything can reap it. Waits for the exec to
+ * succeed or fail (a CLOEXEC pipe reports the child's errno). On an exec
+ * failure returns the negative errno and sets *ret_error to a sentence
+ * naming the step ("exec /x/python3: No such file or directory"); the child
+ * has been reaped then. */
+int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error);

@@ -1,1 +1,573 @@
-/* stub: being written */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "context.h"
+#include "log.h"
+#include "protocol.h"
+#include "supervisor.h"
+#include "util.h"
+
+/* After the last kernel's stop_timeout, a shutdown that still waits is stuck:
+ * this much later everything left is killed. */
+#define SHUTDOWN_GRACE_MSEC 5000
+
+/* A control request waiting for a context to reach a state. */
+typedef enum WaitFor { WAIT_READY, WAIT_STOPPED } WaitFor;
+typedef struct Waiter {
+        struct Waiter *next;
+        Supervisor *sup;
+        ControlRequest *req;
+        Context *ctx;
+        WaitFor want;
+        uv_timer_t timer;
+} Waiter;
+
+/* ---- Lookup and visibility ---- */
+
+static Context *supervisor_find(Supervisor *s, const char *name) {
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (streq(context_name(s->contexts[i]), name))
+                        return s->contexts[i];
+        return NULL;
+}
+
+/* Root and the daemon's own uid see everything; another uid only the
+ * contexts whose kernels run as that uid. */
+static bool peer_sees(const ControlPeer *peer, const Context *c) {
+        return peer->uid == 0 || peer->uid == getuid() || context_uid(c) == peer->uid;
+}
+
+int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n) {
+        uint16_t *v = calloc(s->n_contexts * _CHANNEL_MAX + 1, sizeof(uint16_t));
+        size_t n = 0;
+
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                ContextState st;
+                const Context *c = s->contexts[i];
+                if (c == except)
+                        continue;
+                /* The state file is the truth for ports, also of contexts never launched in this run. */
+                if (context_state_load(s->state_dirfd, context_name(c), &st) < 0)
+                        continue;
+                if (st.has_conn)
+                        for (int ch = 0; ch < _CHANNEL_MAX; ch++)
+                                v[n++] = st.conn.ports[ch];
+                context_state_done(&st);
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+/* ---- READY, STATUS and shutdown progress ---- */
+
+static void supervisor_update_status(Supervisor *s) {
+        unsigned count[_CONTEXT_STATE_MAX] = { 0 };
+        char buf[512];
+        size_t l;
+
+        for (size_t i = 0; i < s->n_contexts; i++)
+                count[context_state(s->contexts[i])]++;
+        l = (size_t) snprintf(buf, sizeof buf, "%u/%zu kernels ready", count[CONTEXT_READY] + count[CONTEXT_BUSY],
+                              s->n_contexts);
+        for (int st = 0; st < _CONTEXT_STATE_MAX; st++) {
+                if (st == CONTEXT_READY || st == CONTEXT_BUSY || !count[st] || l >= sizeof buf)
+                        continue;
+                l += (size_t) snprintf(buf + l, sizeof buf - l, ", %u %s", count[st], context_state_to_string(st));
+        }
+        if (s->stopping && l < sizeof buf)
+                snprintf(buf + l, sizeof buf - l, " (shutting down)");
+
+        if (!s->ready_sent) {
+                /* Ready once every autostart context is ready or has failed. */
+                for (size_t i = 0; i < s->n_contexts; i++) {
+                        Context *c = s->contexts[i];
+                        ContextStateKind st = context_state(c);
+                        if (context_autostart(c) && st != CONTEXT_READY && st != CONTEXT_BUSY &&
+                            st != CONTEXT_UNRESPONSIVE && st != CONTEXT_FAILED)
+                                goto not_yet;
+                }
+                s->ready_sent = true;
+                log_info("ready: %s", buf);
+                notify_ready(s->notify, buf);
+                return;
+        }
+not_yet:
+        notify_status(s->notify, buf);
+}
+
+static void supervisor_finish(Supervisor *s);
+
+static void supervisor_check_shutdown(Supervisor *s) {
+        if (!s->stopping)
+                return;
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (context_state(s->contexts[i]) != CONTEXT_STOPPED)
+                        return;
+        supervisor_finish(s);
+}
+
+/* ---- Waiters ---- */
+
+static void waiter_close_cb(uv_handle_t *h) {
+        free(h->data);
+}
+
+static void waiter_free(Waiter *w) {
+        Waiter **p = &w->sup->waiters;
+
+        while (*p && *p != w)
+                p = &(*p)->next;
+        if (*p)
+                *p = w->next;
+        uv_timer_stop(&w->timer);
+        uv_close((uv_handle_t *) &w->timer, waiter_close_cb);
+}
+
+static void waiter_timeout_cb(uv_timer_t *t) {
+        Waiter *w = t->data;
+
+        control_request_error(w->req, KS_ERR_TIMEOUT, NULL, "%s: not %s within the timeout (state %s)",
+                              context_name(w->ctx), w->want == WAIT_READY ? "ready" : "stopped",
+                              context_state_to_string(context_state(w->ctx)));
+        waiter_free(w);
+}
+
+static void waiter_cancel_cb(ControlRequest *req, void *data) {
+        waiter_free(data);
+}
+
+static void waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor want, double timeout) {
+        Waiter *w = calloc(1, sizeof *w);
+
+        if (!w) {
+                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+                return;
+        }
+        *w = (Waiter){ .next = s->waiters, .sup = s, .req = req, .ctx = c, .want = want };
+        s->waiters = w;
+        uv_timer_init(s->loop, &w->timer);
+        w->timer.data = w;
+        uv_timer_start(&w->timer, waiter_timeout_cb, (uint64_t) (timeout * 1000), 0);
+        control_request_set_cancel(req, waiter_cancel_cb, w);
+}
+
+/* Answers the waiters of c whose wait is over. */
+static void waiters_check(Supervisor *s, Context *c) {
+        ContextStateKind st = context_state(c);
+        Waiter *w, *next;
+
+        for (w = s->waiters; w; w = next) {
+                next = w->next;
+                if (w->ctx != c)
+                        continue;
+                if (w->want == WAIT_READY && (st == CONTEXT_READY || st == CONTEXT_BUSY))
+                        control_request_reply(w->req, context_to_json(c));
+                else if (w->want == WAIT_READY && (st == CONTEXT_BACKOFF || st == CONTEXT_FAILED || st == CONTEXT_STOPPED))
+                        control_request_error(w->req, KS_ERR_FAILED, context_to_json(c), "%s: %s (state %s)",
+                                              context_name(c), context_last_error(c) ?: "did not start",
+                                              context_state_to_string(st));
+                else if (w->want == WAIT_STOPPED && st == CONTEXT_STOPPED)
+                        control_request_reply(w->req, context_to_json(c));
+                else
+                        continue;
+                control_request_set_cancel(w->req, NULL, NULL);
+                waiter_free(w);
+        }
+}
+
+void supervisor_context_changed(Supervisor *s, Context *c) {
+        waiters_check(s, c);
+        supervisor_update_status(s);
+        supervisor_check_shutdown(s);
+}
+
+/* ---- Control methods ---- */
+
+static json_t *supervisor_to_json(Supervisor *s) {
+        char ts[64];
+        usec_t now = now_usec(CLOCK_REALTIME);
+
+        return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f}", "pid", (int) getpid(), "version", PACKAGE_VERSION,
+                         "generation", (json_int_t) s->sstate.generation, "boot_id", s->sstate.boot_id, "started_at",
+                         format_timestamp(ts, sizeof ts, s->sstate.started_at), "uptime",
+                         now > s->sstate.started_at ? (double) (now - s->sstate.started_at) / 1e6 : 0.0);
+}
+
+static void method_status(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        const ControlPeer *peer = control_request_peer(req);
+        json_t *names = json_object_get(params, "contexts"), *v;
+        json_t *list = json_array();
+        size_t i;
+
+        if (names && !json_is_array(names))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
+        if (names && json_array_size(names) > 0) {
+                json_array_foreach(names, i, v) {
+                        Context *c = json_is_string(v) ? supervisor_find(s, json_string_value(v)) : NULL;
+                        if (!json_is_string(v)) {
+                                json_decref(list);
+                                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                                             "contexts must be an array of names");
+                        }
+                        if (!c) {
+                                json_decref(list);
+                                return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s",
+                                                             json_string_value(v));
+                        }
+                        if (!peer_sees(peer, c)) {
+                                json_decref(list);
+                                return control_request_error(req, KS_ERR_PERMISSION, NULL,
+                                                             "permission denied: context %s is not yours",
+                                                             json_string_value(v));
+                        }
+                        json_array_append_new(list, context_to_json(c));
+                }
+        } else
+                for (i = 0; i < s->n_contexts; i++)
+                        if (peer_sees(peer, s->contexts[i]))
+                                json_array_append_new(list, context_to_json(s->contexts[i]));
+        control_request_reply(req, json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "contexts", list));
+}
+
+/* The context named in params, answering the request with an error when
+ * there is none or the peer may not touch it. */
+static Context *request_context(Supervisor *s, ControlRequest *req, json_t *params) {
+        const char *name = json_string_value(json_object_get(params, "context"));
+        Context *c;
+
+        if (!name) {
+                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.context must be a context name");
+                return NULL;
+        }
+        c = supervisor_find(s, name);
+        if (!c) {
+                control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
+                return NULL;
+        }
+        if (!peer_sees(control_request_peer(req), c)) {
+                control_request_error(req, KS_ERR_PERMISSION, NULL, "permission denied: context %s is not yours", name);
+                return NULL;
+        }
+        if (s->stopping) {
+                control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
+                return NULL;
+        }
+        return c;
+}
+
+static double request_timeout(json_t *params, double def) {
+        json_t *t = json_object_get(params, "timeout");
+
+        return json_is_number(t) && json_number_value(t) > 0 ? json_number_value(t) : def;
+}
+
+static void method_start(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        Context *c = request_context(s, req, params);
+        ContextStateKind st;
+
+        if (!c)
+                return;
+        st = context_state(c);
+        if (st == CONTEXT_READY || st == CONTEXT_BUSY || st == CONTEXT_UNRESPONSIVE)
+                return control_request_reply(req, context_to_json(c));
+        log_info("%s: start requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        waiter_add(s, req, c, WAIT_READY, request_timeout(params, 60));
+        context_start(c);
+}
+
+static void method_restart(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        Context *c = request_context(s, req, params);
+
+        if (!c)
+                return;
+        log_info("%s: restart requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        waiter_add(s, req, c, WAIT_READY, request_timeout(params, 60));
+        context_restart(c);
+}
+
+static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        Context *c = request_context(s, req, params);
+
+        if (!c)
+                return;
+        if (context_state(c) == CONTEXT_STOPPED)
+                return control_request_reply(req, context_to_json(c));
+        log_info("%s: stop requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        waiter_add(s, req, c, WAIT_STOPPED, request_timeout(params, 60));
+        context_stop(c);
+}
+
+static const ControlMethod methods[] = {
+        { "status", method_status, 0 },
+        { "start", method_start, 0 },
+        { "stop", method_stop, 0 },
+        { "restart", method_restart, 0 },
+};
+
+/* ---- Signals ---- */
+
+/* Reaps every exited child: a kernel through its context (which ends its
+ * group first), anything else (orphans we inherit as subreaper or PID 1)
+ * directly. WNOWAIT looks before reaping, so a kernel's status is never
+ * stolen from its context. */
+static void sigchld_cb(uv_signal_t *h, int signum) {
+        Supervisor *s = h->data;
+
+        for (;;) {
+                siginfo_t si = { 0 };
+                bool ours = false;
+
+                if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+                        break;
+                for (size_t i = 0; i < s->n_contexts && !ours; i++)
+                        ours = context_child_exited(s->contexts[i], si.si_pid);
+                if (!ours) {
+                        log_debug("reaped orphan %d", (int) si.si_pid);
+                        (void) waitpid(si.si_pid, NULL, WNOHANG);
+                }
+        }
+}
+
+static void shutdown_timer_cb(uv_timer_t *t) {
+        Supervisor *s = t->data;
+
+        log_error("shutdown is taking too long; killing what is left");
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (context_pid(s->contexts[i]) > 0)
+                        (void) kill(-context_pid(s->contexts[i]), SIGKILL);
+        s->exit_code = 1;
+}
+
+static void supervisor_shutdown(Supervisor *s, const char *why) {
+        usec_t longest = 0;
+
+        if (s->stopping)
+                return;
+        log_info("%s: stopping every kernel", why);
+        s->stopping = true;
+        notify_stopping(s->notify);
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                const ContextConfig *cc = config_find_context(s->config, context_name(s->contexts[i]));
+                if (cc && cc->stop_timeout > longest)
+                        longest = cc->stop_timeout;
+        }
+        uv_timer_start(&s->shutdown_timer, shutdown_timer_cb, longest / USEC_PER_MSEC + SHUTDOWN_GRACE_MSEC, 0);
+        for (size_t i = 0; i < s->n_contexts; i++)
+                context_stop(s->contexts[i]);
+        supervisor_check_shutdown(s);
+}
+
+static void sigterm_cb(uv_signal_t *h, int signum) {
+        supervisor_shutdown(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void sighup_cb(uv_signal_t *h, int signum) {
+        log_notice("SIGHUP: reload is not implemented yet; restart kernelsupd to apply config changes");
+}
+
+/* Every kernel has stopped: close what keeps the loop alive. */
+static void supervisor_finish(Supervisor *s) {
+        Waiter *w;
+
+        if (s->shutdown_timer.data == NULL)
+                return; /* already finishing */
+        log_info("all kernels stopped; exiting");
+        while ((w = s->waiters)) {
+                control_request_set_cancel(w->req, NULL, NULL);
+                control_request_error(w->req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
+                waiter_free(w);
+        }
+        uv_timer_stop(&s->shutdown_timer);
+        uv_close((uv_handle_t *) &s->shutdown_timer, NULL);
+        s->shutdown_timer.data = NULL;
+        if (s->control) {
+                control_server_close(s->control);
+                s->control = NULL;
+        }
+        for (size_t i = 0; i < s->n_contexts; i++)
+                context_free(s->contexts[i]);
+        s->n_contexts = 0;
+        uv_close((uv_handle_t *) &s->sig_term, NULL);
+        uv_close((uv_handle_t *) &s->sig_int, NULL);
+        uv_close((uv_handle_t *) &s->sig_hup, NULL);
+        uv_close((uv_handle_t *) &s->sig_chld, NULL);
+        notify_free(s->notify);
+        s->notify = NULL;
+}
+
+/* ---- Setup ---- */
+
+/* Sets *ret_error to "<fmt with path>: <strerror(r)>" and returns r. */
+static int fail(char **ret_error, int r, const char *what, const char *path, const char *hint) {
+        char *msg;
+
+        if (asprintf(&msg, "%s %s: %s%s", what, path, strerror(-r), hint ?: "") >= 0)
+                *ret_error = msg;
+        return r;
+}
+
+int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret_error) {
+        _cleanup_free_ char *sockdir = NULL, *kdir = NULL, *cdir = NULL;
+        Supervisor *s;
+        const char *name;
+        int r;
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->loop = loop;
+        s->config = config;
+        s->state_dirfd = -1;
+        s->pid1 = getpid() == 1;
+
+        r = mkdir_p(config->state_dir, 0700);
+        if (r < 0) {
+                r = fail(ret_error, r, "Failed to create state_dir", config->state_dir, NULL);
+                goto err;
+        }
+        s->state_dirfd = open_dir_nofollow(config->state_dir);
+        if (s->state_dirfd < 0) {
+                r = fail(ret_error, s->state_dirfd, "Failed to open state_dir", config->state_dir, NULL);
+                goto err;
+        }
+        r = state_supervisor_start(s->state_dirfd, &s->sstate);
+        if (r < 0) {
+                char path[4200];
+                snprintf(path, sizeof path, "%s/supervisor.json", config->state_dir);
+                r = fail(ret_error, r, "Failed to write", path, NULL);
+                goto err;
+        }
+        if (r > 0)
+                log_warning("%s/supervisor.json was corrupt; moved aside, generation starts again at 1",
+                            config->state_dir);
+        log_info("kernelsupd %s starting: generation %llu, boot %s, pid %d%s", PACKAGE_VERSION,
+                 (unsigned long long) s->sstate.generation, s->sstate.boot_id, (int) getpid(),
+                 s->pid1 ? " (PID 1)" : "");
+
+        /* Kernels' private files live below runtime_dir; published files default below it too. */
+        if (asprintf(&kdir, "%s/kernels", config->runtime_dir) < 0 ||
+            asprintf(&cdir, "%s/connections", config->runtime_dir) < 0) {
+                r = -ENOMEM;
+                goto err;
+        }
+        r = mkdir_p(kdir, 0755);
+        if (r >= 0)
+                r = mkdir_p(cdir, 0755);
+        if (r < 0) {
+                r = fail(ret_error, r, "Failed to create runtime_dir", config->runtime_dir, NULL);
+                goto err;
+        }
+
+        s->zmq = zmq_ctx_new();
+        if (!s->zmq) {
+                r = -errno;
+                goto err;
+        }
+
+        s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
+        if (!s->contexts) {
+                r = -ENOMEM;
+                goto err;
+        }
+        for (size_t i = 0; i < config->n_contexts; i++) {
+                _cleanup_free_ char *warning = NULL;
+                r = context_new(s, &config->contexts[i], &s->contexts[i], &warning);
+                if (r < 0) {
+                        char path[4200];
+                        snprintf(path, sizeof path, "%s/contexts/%s.json", config->state_dir, config->contexts[i].name);
+                        r = fail(ret_error, r, "Failed to read", path, NULL);
+                        goto err;
+                }
+                s->n_contexts++;
+                if (warning)
+                        log_warning("%s: %s", config->contexts[i].name, warning);
+                if (context_end_leftover(s->contexts[i]) > 0)
+                        log_warning("%s: ended the kernel an earlier kernelsupd left running", config->contexts[i].name);
+        }
+
+        r = path_split(config->socket_path, &sockdir, &name);
+        if (r >= 0)
+                r = mkdir_p(sockdir, 0755);
+        if (r < 0) {
+                r = fail(ret_error, r, "Failed to create the directory of socket", config->socket_path, NULL);
+                goto err;
+        }
+        r = control_server_new(loop, config->socket_path, notify_listen_fd(), (gid_t) -1, methods, ELEMENTSOF(methods),
+                               s, &s->control);
+        if (r < 0) {
+                r = fail(ret_error, r, "Failed to listen on", config->socket_path,
+                         r == -EADDRINUSE ? " (is another kernelsupd running?)" : NULL);
+                goto err;
+        }
+        r = notify_new(loop, &s->notify);
+        if (r < 0)
+                goto err;
+
+        uv_signal_init(loop, &s->sig_term);
+        uv_signal_init(loop, &s->sig_int);
+        uv_signal_init(loop, &s->sig_hup);
+        uv_signal_init(loop, &s->sig_chld);
+        uv_timer_init(loop, &s->shutdown_timer);
+        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s->sig_chld.data = s->shutdown_timer.data = s;
+        uv_signal_start(&s->sig_term, sigterm_cb, SIGTERM);
+        uv_signal_start(&s->sig_int, sigterm_cb, SIGINT);
+        uv_signal_start(&s->sig_hup, sighup_cb, SIGHUP);
+        uv_signal_start(&s->sig_chld, sigchld_cb, SIGCHLD);
+
+        *ret = s;
+        return 0;
+err:
+        supervisor_free(s);
+        return r;
+}
+
+int supervisor_run(Supervisor *s) {
+        /* Orphans of our kernels (a cell's detached child) come to us, not to init, so they
+         * can be reaped and never outlive the daemon unnoticed. PID 1 gets them anyway. */
+        if (!s->pid1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+                log_warning_errno(errno, "Failed to become a child subreaper: %m");
+
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (context_autostart(s->contexts[i]))
+                        context_start(s->contexts[i]);
+        supervisor_update_status(s);
+
+        uv_run(s->loop, UV_RUN_DEFAULT);
+        return s->exit_code;
+}
+
+void supervisor_free(Supervisor *s) {
+        if (!s)
+                return;
+        if (s->control || s->n_contexts > 0) {
+                /* Only on a failed setup: the handles were never started. */
+                if (s->control)
+                        control_server_close(s->control);
+                for (size_t i = 0; i < s->n_contexts; i++)
+                        context_free(s->contexts[i]);
+                uv_run(s->loop, UV_RUN_NOWAIT);
+        }
+        free(s->contexts);
+        if (s->zmq)
+                zmq_ctx_term(s->zmq);
+        if (s->state_dirfd >= 0)
+                close(s->state_dirfd);
+        config_free(s->config);
+        free(s);
+}

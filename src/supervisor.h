@@ -1,0 +1,52 @@
+/* The daemon: the loop, signals, the context table, the control methods,
+ * READY/STATUS to the service manager, and a clean shutdown. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "control.h"
+#include "notify.h"
+#include "state.h"
+
+typedef struct Context Context;
+
+typedef struct Supervisor {
+        uv_loop_t *loop;
+        void *zmq;                /* the one libzmq context */
+        Config *config;           /* owned */
+        int state_dirfd;
+        SupervisorState sstate;   /* generation, boot_id, pid, started_at */
+        bool pid1;                /* we are a container's init */
+
+        Context **contexts;       /* sorted by name, as config->contexts */
+        size_t n_contexts;
+
+        ControlServer *control;
+        Notify *notify;
+        uv_signal_t sig_term, sig_int, sig_chld, sig_hup;
+        uv_timer_t shutdown_timer;
+        struct Waiter *waiters;   /* control requests waiting for a state */
+
+        bool ready_sent;
+        bool stopping;
+        int exit_code;
+} Supervisor;
+
+/* Takes config. Opens the state dir, bumps the generation, creates the
+ * runtime directories, ends leftover kernels and binds the control socket.
+ * *ret_error says what failed, naming the path. */
+int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret_error);
+
+/* Starts the autostart contexts and runs the loop until a clean shutdown;
+ * returns the process exit code. */
+int supervisor_run(Supervisor *s);
+
+void supervisor_free(Supervisor *s);
+
+/* For context.c. */
+void supervisor_context_changed(Supervisor *s, Context *c);
+/* Ports held by every context but except; *ret is newly allocated. */
+int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n);

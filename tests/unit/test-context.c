@@ -1,2 +1,0 @@
-#include "tap.h"
-int main(void) { skip_all("not yet written"); }

@@ -1,0 +1,36 @@
+# Sourced by ./quickstart and ./run-tests: installs the Debian packages the
+# project needs when they are missing. Needs root (or sudo) only when something
+# is missing.
+
+# Build: compiler, autotools and the six libraries. Run: Debian's ipykernel.
+KS_BUILD_PKGS="gcc make autoconf automake libtool pkg-config libuv1-dev libsystemd-dev libjansson-dev
+libinih-dev libzmq3-dev libssl-dev python3-ipykernel python3-jupyter-client"
+# Tests: the systemd container recipe, process tools, matplotlib for plots.
+KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy"
+
+ks_install_missing() {
+        local missing=() p
+        for p in "$@"; do
+                dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+        done
+        [ ${#missing[@]} -eq 0 ] && return 0
+        echo "Installing missing Debian packages: ${missing[*]}"
+        local sudo=""
+        if [ "$(id -u)" -ne 0 ]; then
+                command -v sudo >/dev/null || { echo "error: need root to install: ${missing[*]}" >&2; return 1; }
+                sudo=sudo
+        fi
+        $sudo apt-get update -q >/dev/null || true
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Configures and builds in $1 (a directory below the source tree) with extra configure flags.
+ks_build() {
+        local dir=$1; shift
+        local src; src=$(pwd)
+        if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt Makefile.in ]; then
+                autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
+        fi
+        mkdir -p "$dir"
+        ( cd "$dir" && { [ -f Makefile ] || "$src/configure" -q "$@"; } && make -s -j"$(nproc)" )
+}
