@@ -15,7 +15,7 @@ typedef enum Channel {
         _CHANNEL_MAX,
 } Channel;
 
-const char *channel_to_string(Channel c); /* "shell", "iopub", "stdin", "control", "hb" */
+const char *channel_to_string(Channel c); /* "shell", "iopub", "stdin", "control", "hb"; NULL out of range */
 
 #define KEY_BYTES 32
 #define KEY_HEX_LEN (2 * KEY_BYTES)
@@ -44,12 +44,15 @@ int connection_info_parse(const char *text, ConnectionInfo *ret);
 int connection_file_write(const char *path, const ConnectionInfo *ci, uid_t uid, gid_t gid);
 
 /* 1 when ip:port can be bound now (tested with SO_REUSEADDR, as libzmq
- * binds), 0 when it is in use, -errno on other errors. */
+ * binds), 0 when it is in use, -errno on other errors (-EINVAL for an ip
+ * that is not a numeric IPv4/IPv6 address, or port 0). */
 int port_is_free(const char *ip, uint16_t port);
 
 /* Chooses _CHANNEL_MAX distinct ports in [min, max] that are not in taken[]
  * and are free now. The search starts at an offset derived from name (a hash),
  * so a context tends to get the same ports even if its state is lost.
- * -EADDRNOTAVAIL when the range has too few. */
+ * -EADDRNOTAVAIL when the range has too few; -EINVAL when min is 0 or
+ * min > max; port_is_free's errors other than "in use" are returned as is.
+ * ret is written only on success. */
 int ports_allocate(const char *name, const char *ip, uint16_t min, uint16_t max, const uint16_t *taken,
                    size_t n_taken, uint16_t ret[_CHANNEL_MAX]);

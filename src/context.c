@@ -359,13 +359,13 @@ static void timer_launch_cb(uv_timer_t *t) {
 
 static void context_schedule_restart(Context *c) {
         usec_t now = now_usec(CLOCK_MONOTONIC), delay;
-        char d[32];
+        char d[32], d2[32];
         uint32_t rnd = 0;
 
         if (start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
                 log_error("%s: %u failed starts within %s; failed, retrying in %s", c->name,
                           c->cfg->start_limit_burst, format_duration(d, sizeof d, c->cfg->start_limit_interval),
-                          format_duration(d, sizeof d, c->cfg->failed_cooldown));
+                          format_duration(d2, sizeof d2, c->cfg->failed_cooldown));
                 c->failures = 0;
                 uv_timer_start(&c->timer, timer_launch_cb, c->cfg->failed_cooldown / USEC_PER_MSEC, 0);
                 context_set_state(c, CONTEXT_FAILED);
@@ -693,7 +693,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         c->state = CONTEXT_STOPPED;
 
         r = context_state_load(s->state_dirfd, c->name, &c->st);
-        if (r == -EBADMSG) {
+        if (r == -EBADMSG || r == -EFBIG) {
                 char from[300], to[320];
                 snprintf(from, sizeof from, "contexts/%s.json", c->name);
                 snprintf(to, sizeof to, "contexts/%s.json.corrupt", c->name);

@@ -1,1 +1,769 @@
-/* stub: being written */
+/* The control socket server: one uv_pipe_t listener, one uv_pipe_t per
+ * client, newline-delimited JSON-RPC framed here and encoded by protocol.c.
+ *
+ * Lifetimes: a ControlConnection holds one reference for its uv handle
+ * (dropped in the close callback) and one per open ControlRequest, so a
+ * handler that answers after the peer went away still finds its connection
+ * (closed: the answer is dropped). The server counts its open uv handles
+ * (listener, connections, refused connections) and frees itself after the
+ * last close callback. */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "control.h"
+#include "log.h"
+#include "macro.h"
+#include "protocol.h"
+
+#define CONTROL_MAX_CONNECTIONS 256
+#define CONTROL_BACKLOG 128
+/* One read; a longer line is collected in the connection's line buffer. */
+#define CONTROL_READ_SIZE (64 * 1024)
+/* A peer that sends requests but does not read the replies must not make us
+ * buffer without bound. */
+#define CONTROL_MAX_WRITE_QUEUE (16 * 1024 * 1024)
+
+#define LIST_PREPEND(head, item)                                                                                      \
+        do {                                                                                                          \
+                (item)->prev = NULL;                                                                                  \
+                (item)->next = (head);                                                                                \
+                if (head)                                                                                             \
+                        (head)->prev = (item);                                                                        \
+                (head) = (item);                                                                                      \
+        } while (0)
+
+#define LIST_REMOVE(head, item)                                                                                       \
+        do {                                                                                                          \
+                if ((item)->next)                                                                                     \
+                        (item)->next->prev = (item)->prev;                                                            \
+                if ((item)->prev)                                                                                     \
+                        (item)->prev->next = (item)->next;                                                            \
+                else                                                                                                  \
+                        (head) = (item)->next;                                                                        \
+                (item)->next = (item)->prev = NULL;                                                                   \
+        } while (0)
+
+typedef struct ControlConnection ControlConnection;
+
+struct ControlRequest {
+        ControlConnection *conn; /* holds a reference */
+        json_t *root;            /* owns id, method and params */
+        json_t *id;              /* NULL for a notification: the answer is swallowed */
+        const char *method;
+        void (*cancel)(ControlRequest *req, void *data);
+        void *cancel_data;
+        ControlRequest *prev, *next;
+};
+
+struct ControlConnection {
+        ControlServer *server; /* NULL after the handle closed */
+        uv_pipe_t pipe;
+        uv_shutdown_t shutdown;
+        ControlPeer peer;
+        unsigned n_ref;
+        bool closing;       /* no more reading or writing */
+        bool shutting_down; /* flushing a last error before closing */
+        char *rbuf;
+        char *line; /* a partial line, waiting for its newline */
+        size_t line_len, line_alloc;
+        ControlRequest *requests;
+        ControlConnection *prev, *next;
+};
+
+struct ControlServer {
+        uv_loop_t *loop;
+        uv_pipe_t pipe;
+        char *path; /* the socket file we bound (NULL for a passed fd) */
+        dev_t dev;
+        ino_t ino;
+        const ControlMethod *methods;
+        size_t n_methods;
+        void *userdata;
+        ControlConnection *connections;
+        size_t n_connections;
+        size_t n_handles;
+        bool closing;
+        bool limit_logged;
+};
+
+typedef struct WriteReq {
+        uv_write_t req; /* first, so the uv_write_t * is the WriteReq * */
+        char *data;
+} WriteReq;
+
+static void conn_close(ControlConnection *c, bool cancel_now);
+
+static void server_free(ControlServer *s) {
+        if (!s)
+                return;
+        free(s->path);
+        free(s);
+}
+
+static void server_freep(ControlServer **s) {
+        server_free(*s);
+}
+
+static void server_handle_closed(ControlServer *s) {
+        if (--s->n_handles == 0)
+                server_free(s);
+}
+
+static void conn_unref(ControlConnection *c) {
+        if (--c->n_ref > 0)
+                return;
+        free(c->rbuf);
+        free(c->line);
+        free(c);
+}
+
+static void request_free(ControlRequest *req) {
+        ControlConnection *c = req->conn;
+
+        LIST_REMOVE(c->requests, req);
+        json_decref(req->root);
+        free(req);
+        conn_unref(c);
+}
+
+/* Runs the cancel callback of every open request that has one and frees
+ * those requests. A callback may answer or free other requests of this
+ * connection, so the list is searched anew after each one. Requests without
+ * a callback stay until their handler answers; the answer is dropped. */
+static void conn_cancel_requests(ControlConnection *c) {
+        for (;;) {
+                ControlRequest *req;
+                void (*cancel)(ControlRequest * req, void *data);
+
+                for (req = c->requests; req; req = req->next)
+                        if (req->cancel)
+                                break;
+                if (!req)
+                        return;
+                cancel = req->cancel;
+                req->cancel = NULL;
+                cancel(req, req->cancel_data);
+                request_free(req);
+        }
+}
+
+static void conn_close_cb(uv_handle_t *handle) {
+        ControlConnection *c = handle->data;
+        ControlServer *s = c->server;
+
+        /* A close that started inside a write (see conn_send) cancels here,
+         * from the loop, never under the feet of a running handler. */
+        conn_cancel_requests(c);
+        LIST_REMOVE(s->connections, c);
+        s->n_connections--;
+        if (s->n_connections < CONTROL_MAX_CONNECTIONS)
+                s->limit_logged = false;
+        c->server = NULL;
+        free(c->rbuf);
+        c->rbuf = NULL;
+        conn_unref(c);
+        server_handle_closed(s);
+}
+
+/* Closes a connection. cancel_now: run the cancel callbacks at once, which
+ * is allowed only when no handler of this connection is running (from a
+ * loop callback or control_server_close); otherwise they run from the close
+ * callback. */
+static void conn_close(ControlConnection *c, bool cancel_now) {
+        if (!c->closing) {
+                c->closing = true;
+                (void) uv_read_stop((uv_stream_t *) &c->pipe);
+        }
+        if (cancel_now)
+                conn_cancel_requests(c);
+        if (!uv_is_closing((uv_handle_t *) &c->pipe))
+                uv_close((uv_handle_t *) &c->pipe, conn_close_cb);
+}
+
+static void conn_shutdown_cb(uv_shutdown_t *req, int status) {
+        ControlConnection *c = req->handle->data;
+
+        conn_close(c, true);
+}
+
+/* Closes a connection after what was written to it reached the peer, so a
+ * last error reply is not lost. Called from the read callback only. */
+static void conn_close_after_flush(ControlConnection *c) {
+        int r;
+
+        if (uv_is_closing((uv_handle_t *) &c->pipe) || c->shutting_down)
+                return;
+        c->closing = true;
+        (void) uv_read_stop((uv_stream_t *) &c->pipe);
+        conn_cancel_requests(c);
+        r = uv_shutdown(&c->shutdown, (uv_stream_t *) &c->pipe, conn_shutdown_cb);
+        if (r < 0) {
+                conn_close(c, true);
+                return;
+        }
+        c->shutting_down = true;
+}
+
+static void conn_write_cb(uv_write_t *req, int status) {
+        WriteReq *w = (WriteReq *) req;
+        ControlConnection *c = req->handle->data;
+
+        free(w->data);
+        free(w);
+        if (status == 0 || status == UV_ECANCELED)
+                return;
+        /* A peer that went away is not worth a warning. */
+        if (status == UV_EPIPE || status == UV_ECONNRESET)
+                log_debug("Control peer (pid %d) went away before reading its reply.", (int) c->peer.pid);
+        else
+                log_warning_errno(status, "Failed to write to control peer (pid %d): %m", (int) c->peer.pid);
+        conn_close(c, true);
+}
+
+/* Queues one encoded line (taken; NULL means out of memory). A connection
+ * being closed drops it with -EPIPE. May close the connection, but leaves the
+ * cancel callbacks to the close callback, because a handler may be running. */
+static int conn_send(ControlConnection *c, char *line) {
+        _cleanup_free_ char *data = line;
+        WriteReq *w;
+        uv_buf_t buf;
+        int r;
+
+        if (!data)
+                return -ENOMEM;
+        if (c->closing)
+                return -EPIPE;
+        w = malloc(sizeof *w);
+        if (!w)
+                return -ENOMEM;
+        buf = uv_buf_init(data, (unsigned) strlen(data));
+        w->data = data;
+        r = uv_write(&w->req, (uv_stream_t *) &c->pipe, &buf, 1, conn_write_cb);
+        if (r < 0) {
+                free(w);
+                log_warning_errno(r, "Failed to write to control peer (pid %d): %m", (int) c->peer.pid);
+                conn_close(c, false);
+                return r;
+        }
+        TAKE_PTR(data);
+
+        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > CONTROL_MAX_WRITE_QUEUE) {
+                log_warning("Control peer (pid %d) does not read its replies, closing its connection.",
+                            (int) c->peer.pid);
+                conn_close(c, false);
+                return -EPIPE;
+        }
+        return 0;
+}
+
+/* Sends a line for a request: an internal error when encoding failed, and
+ * closes the connection if even that cannot be encoded. */
+static void request_send(ControlRequest *req, char *line) {
+        ControlConnection *c = req->conn;
+
+        if (!line)
+                line = protocol_error(req->id, RPC_INTERNAL_ERROR, "out of memory", NULL);
+        if (!line) {
+                log_warning("Out of memory encoding a reply to control peer (pid %d), closing.", (int) c->peer.pid);
+                conn_close(c, false);
+                return;
+        }
+        (void) conn_send(c, line);
+}
+
+static bool request_wants_answer(const ControlRequest *req) {
+        return req->id && !req->conn->closing;
+}
+
+const ControlPeer *control_request_peer(const ControlRequest *req) {
+        return &req->conn->peer;
+}
+
+const char *control_request_method(const ControlRequest *req) {
+        return req->method;
+}
+
+void control_request_reply(ControlRequest *req, json_t *result) {
+        json_auto_t *r = result;
+
+        if (request_wants_answer(req))
+                request_send(req, protocol_result(req->id, TAKE_PTR(r)));
+        request_free(req);
+}
+
+void control_request_error(ControlRequest *req, int code, json_t *data, const char *fmt, ...) {
+        json_auto_t *d = data;
+        _cleanup_free_ char *message = NULL;
+        va_list ap;
+
+        if (request_wants_answer(req)) {
+                va_start(ap, fmt);
+                if (vasprintf(&message, fmt, ap) < 0)
+                        message = NULL;
+                va_end(ap);
+                if (message)
+                        request_send(req, protocol_error(req->id, code, message, TAKE_PTR(d)));
+                else
+                        request_send(req, NULL);
+        }
+        request_free(req);
+}
+
+int control_request_notify(ControlRequest *req, const char *method, json_t *params) {
+        json_auto_t *p = params;
+
+        if (req->conn->closing)
+                return -EPIPE;
+        return conn_send(req->conn, protocol_notification(method, TAKE_PTR(p)));
+}
+
+void control_request_set_cancel(ControlRequest *req, void (*cancel)(ControlRequest *req, void *data), void *data) {
+        req->cancel = cancel;
+        req->cancel_data = data;
+}
+
+static const ControlMethod *server_find_method(const ControlServer *s, const char *name) {
+        for (size_t i = 0; i < s->n_methods; i++)
+                if (streq(s->methods[i].name, name))
+                        return &s->methods[i];
+        return NULL;
+}
+
+static bool line_is_blank(const char *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (!strchr(" \t\r", p[i]) || p[i] == '\0')
+                        return false;
+        return true;
+}
+
+static void conn_handle_line(ControlConnection *c, const char *line, size_t len) {
+        ControlServer *s = c->server;
+        const ControlMethod *m;
+        ControlRequest *req;
+        RpcRequest rpc;
+        json_auto_t *root = NULL;
+        json_t *id = NULL;
+        const char *message = NULL;
+        int code = RPC_INVALID_REQUEST;
+        int r;
+
+        /* An empty line is no request; tolerate it as whitespace between requests. */
+        if (line_is_blank(line, len))
+                return;
+
+        r = protocol_parse_request(line, len, &rpc, &code, &message, &root, &id);
+        if (r == -EBADMSG) {
+                log_debug("Malformed control request from pid %d: %s.", (int) c->peer.pid, message);
+                (void) conn_send(c, protocol_error(id, code, message, NULL));
+                return;
+        }
+        if (r < 0) {
+                log_warning_errno(r, "Failed to parse control request from pid %d: %m", (int) c->peer.pid);
+                (void) conn_send(c, protocol_error(NULL, RPC_INTERNAL_ERROR, "out of memory", NULL));
+                return;
+        }
+
+        m = server_find_method(s, rpc.method);
+        if (!m) {
+                _cleanup_free_ char *text = NULL;
+
+                log_debug("Unknown control method \"%.64s\" from pid %d.", rpc.method, (int) c->peer.pid);
+                /* JSON-RPC never answers a notification, not even with an error. */
+                if (rpc.id) {
+                        if (asprintf(&text, "unknown method \"%.64s\"", rpc.method) < 0)
+                                text = NULL;
+                        (void) conn_send(c,
+                                         protocol_error(rpc.id, RPC_METHOD_NOT_FOUND, text ?: "unknown method", NULL));
+                }
+                json_decref(rpc.root);
+                return;
+        }
+
+        req = calloc(1, sizeof *req);
+        if (!req) {
+                log_warning("Out of memory for a control request from pid %d.", (int) c->peer.pid);
+                if (rpc.id)
+                        (void) conn_send(c, protocol_error(rpc.id, RPC_INTERNAL_ERROR, "out of memory", NULL));
+                json_decref(rpc.root);
+                return;
+        }
+        *req = (ControlRequest){
+                .conn = c,
+                .root = rpc.root,
+                .id = rpc.id,
+                .method = rpc.method,
+        };
+        c->n_ref++;
+        LIST_PREPEND(c->requests, req);
+        /* The handler may answer (and so free req) before it returns. */
+        m->handler(req, rpc.params, s->userdata);
+}
+
+static void conn_too_long(ControlConnection *c) {
+        log_debug("Control request from pid %d is longer than %d bytes, closing.", (int) c->peer.pid,
+                  PROTOCOL_MAX_LINE);
+        (void) conn_send(c, protocol_error(NULL, RPC_INVALID_REQUEST, "request too long", NULL));
+        free(c->line);
+        c->line = NULL;
+        c->line_len = c->line_alloc = 0;
+        conn_close_after_flush(c);
+}
+
+static int conn_line_append(ControlConnection *c, const char *p, size_t n) {
+        if (c->line_len + n > c->line_alloc) {
+                size_t a = c->line_alloc ? c->line_alloc : 4096;
+                char *b;
+
+                while (a < c->line_len + n)
+                        a *= 2;
+                if (a > PROTOCOL_MAX_LINE)
+                        a = PROTOCOL_MAX_LINE;
+                b = realloc(c->line, a);
+                if (!b)
+                        return -ENOMEM;
+                c->line = b;
+                c->line_alloc = a;
+        }
+        memcpy(c->line + c->line_len, p, n);
+        c->line_len += n;
+        return 0;
+}
+
+static void conn_alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+        ControlConnection *c = handle->data;
+
+        if (!c->rbuf)
+                c->rbuf = malloc(CONTROL_READ_SIZE);
+        /* A zero-length buffer makes libuv report UV_ENOBUFS to the read callback. */
+        *buf = uv_buf_init(c->rbuf, c->rbuf ? CONTROL_READ_SIZE : 0);
+}
+
+static void conn_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+        ControlConnection *c = stream->data;
+        const char *p, *end;
+
+        if (nread < 0) {
+                if (nread == UV_EOF || nread == UV_ECONNRESET)
+                        log_debug("Control peer (pid %d) disconnected.", (int) c->peer.pid);
+                else
+                        log_warning_errno((int) nread, "Failed to read from control peer (pid %d): %m",
+                                          (int) c->peer.pid);
+                conn_close(c, true);
+                return;
+        }
+
+        p = buf->base;
+        end = p + nread;
+        while (p < end && !c->closing) {
+                const char *nl = memchr(p, '\n', (size_t) (end - p));
+                size_t n = (size_t) ((nl ? nl : end) - p);
+
+                /* Refuse as soon as the line is too long, without waiting for its end. */
+                if (c->line_len + n > PROTOCOL_MAX_LINE) {
+                        conn_too_long(c);
+                        return;
+                }
+                if (!nl || c->line_len > 0) {
+                        if (conn_line_append(c, p, n) < 0) {
+                                log_warning("Out of memory reading from control peer (pid %d), closing.",
+                                            (int) c->peer.pid);
+                                conn_close(c, true);
+                                return;
+                        }
+                        if (!nl)
+                                return;
+                        conn_handle_line(c, c->line, c->line_len);
+                        c->line_len = 0;
+                        /* Give back what one long request needed. */
+                        if (c->line_alloc > CONTROL_READ_SIZE) {
+                                free(c->line);
+                                c->line = NULL;
+                                c->line_alloc = 0;
+                        }
+                } else
+                        conn_handle_line(c, p, n);
+                p = nl + 1;
+        }
+}
+
+static void reject_close_cb(uv_handle_t *handle) {
+        ControlServer *s = handle->data;
+
+        free(handle);
+        server_handle_closed(s);
+}
+
+/* Accepts a connection over the limit and closes it at once, with an error
+ * line when the socket takes it without blocking. */
+static void server_reject(ControlServer *s) {
+        _cleanup_free_ char *line = NULL;
+        uv_pipe_t *p;
+        uv_os_fd_t fd;
+
+        if (!s->limit_logged) {
+                log_warning("Refusing control connections: %d are open.", CONTROL_MAX_CONNECTIONS);
+                s->limit_logged = true;
+        }
+        p = malloc(sizeof *p);
+        if (!p) {
+                log_warning("Out of memory refusing a control connection.");
+                return;
+        }
+        (void) uv_pipe_init(s->loop, p, 0);
+        p->data = s;
+        s->n_handles++;
+        if (uv_accept((uv_stream_t *) &s->pipe, (uv_stream_t *) p) == 0 && uv_fileno((uv_handle_t *) p, &fd) == 0) {
+                line = protocol_error(NULL, KS_ERR_FAILED, "too many connections", NULL);
+                if (line)
+                        (void) send(fd, line, strlen(line), MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+        uv_close((uv_handle_t *) p, reject_close_cb);
+}
+
+static void server_connection_cb(uv_stream_t *listener, int status) {
+        ControlServer *s = listener->data;
+        ControlConnection *c;
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        uv_os_fd_t fd;
+        int r;
+
+        if (status < 0) {
+                log_warning_errno(status, "Failed to accept a control connection: %m");
+                return;
+        }
+        if (s->n_connections >= CONTROL_MAX_CONNECTIONS) {
+                server_reject(s);
+                return;
+        }
+        c = calloc(1, sizeof *c);
+        if (!c) {
+                log_warning("Out of memory accepting a control connection.");
+                server_reject(s);
+                return;
+        }
+        (void) uv_pipe_init(s->loop, &c->pipe, 0);
+        c->pipe.data = c;
+        c->server = s;
+        c->n_ref = 1;
+        c->peer = (ControlPeer){ .pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1 };
+        LIST_PREPEND(s->connections, c);
+        s->n_connections++;
+        s->n_handles++;
+
+        r = uv_accept(listener, (uv_stream_t *) &c->pipe);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to accept a control connection: %m");
+                conn_close(c, true);
+                return;
+        }
+        r = uv_fileno((uv_handle_t *) &c->pipe, &fd);
+        if (r >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                r = -errno;
+        if (r < 0) {
+                /* Without credentials we cannot tell what the peer may see: refuse it. */
+                log_warning_errno(r, "Failed to read the credentials of a control peer: %m");
+                conn_close(c, true);
+                return;
+        }
+        c->peer = (ControlPeer){ .pid = cred.pid, .uid = cred.uid, .gid = cred.gid };
+        log_debug("Control connection from pid %d, uid %u.", (int) cred.pid, (unsigned) cred.uid);
+
+        r = uv_read_start((uv_stream_t *) &c->pipe, conn_alloc_cb, conn_read_cb);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to read from control peer (pid %d): %m", (int) c->peer.pid);
+                conn_close(c, true);
+        }
+}
+
+static int sockaddr_fill(const char *path, struct sockaddr_un *ret, socklen_t *ret_len) {
+        size_t n = strlen(path);
+
+        if (n == 0)
+                return -EINVAL;
+        if (n >= sizeof ret->sun_path)
+                return -ENAMETOOLONG;
+        *ret = (struct sockaddr_un){ .sun_family = AF_UNIX };
+        memcpy(ret->sun_path, path, n + 1);
+        *ret_len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + n + 1);
+        return 0;
+}
+
+/* Makes path free for bind(): nothing there, or a stale socket (refusing
+ * connections) that is removed. A socket somebody listens on is -EADDRINUSE,
+ * anything else -EEXIST. */
+static int socket_path_prepare(const char *path, const struct sockaddr_un *sa, socklen_t sa_len) {
+        _cleanup_close_ int fd = -1;
+        struct stat st;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISSOCK(st.st_mode))
+                return -EEXIST;
+
+        /* Non-blocking: a live daemon with a full backlog answers EAGAIN instead of blocking us. */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (const struct sockaddr *) sa, sa_len) == 0 || errno == EAGAIN || errno == EINPROGRESS)
+                return -EADDRINUSE;
+        if (errno != ECONNREFUSED)
+                return -errno;
+        if (unlink(path) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+/* Binds and listens on path: mode 0660 and the group are set before
+ * listen(), so no client can connect while the permissions are still wrong. */
+static int socket_bind_path(const char *path, gid_t gid, int *ret_fd, struct stat *ret_st) {
+        _cleanup_close_ int fd = -1;
+        struct sockaddr_un sa;
+        socklen_t sa_len;
+        struct stat st;
+        int r;
+
+        r = sockaddr_fill(path, &sa, &sa_len);
+        if (r < 0)
+                return r;
+        r = socket_path_prepare(path, &sa, sa_len);
+        if (r < 0)
+                return r;
+
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (const struct sockaddr *) &sa, sa_len) < 0)
+                return -errno;
+        if (chmod(path, 0660) < 0 || (gid != (gid_t) -1 && chown(path, (uid_t) -1, gid) < 0) || lstat(path, &st) < 0 ||
+            listen(fd, CONTROL_BACKLOG) < 0) {
+                r = -errno;
+                (void) unlink(path);
+                return r;
+        }
+        *ret_fd = TAKE_FD(fd);
+        *ret_st = st;
+        return 0;
+}
+
+/* A passed fd must be a Unix stream socket; we listen on a duplicate so the
+ * caller's descriptor stays the caller's. */
+static int socket_dup_passed(int listen_fd, int *ret_fd) {
+        int type = 0, domain = 0, fd;
+        socklen_t len = sizeof type;
+
+        if (getsockopt(listen_fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+                return -errno;
+        len = sizeof domain;
+        if (getsockopt(listen_fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+                return -errno;
+        if (type != SOCK_STREAM || domain != AF_UNIX)
+                return -EPROTOTYPE;
+        fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        *ret_fd = fd;
+        return 0;
+}
+
+static void server_listener_close_cb(uv_handle_t *handle) {
+        server_handle_closed(handle->data);
+}
+
+/* Removes the socket file only if it is still the one we bound, not one a
+ * newer daemon put there. */
+static void server_unlink_socket(ControlServer *s) {
+        struct stat st;
+
+        if (!s->path)
+                return;
+        if (lstat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
+                (void) unlink(s->path);
+        free(s->path);
+        s->path = NULL;
+}
+
+int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t socket_gid,
+                       const ControlMethod *methods, size_t n_methods, void *userdata, ControlServer **ret) {
+        _cleanup_(server_freep) ControlServer *s = NULL;
+        _cleanup_close_ int fd = -1;
+        struct stat st = {};
+        int r;
+
+        if (!loop || !ret || (n_methods > 0 && !methods) || (listen_fd < 0 && !path))
+                return -EINVAL;
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        *s = (ControlServer){
+                .loop = loop,
+                .methods = methods,
+                .n_methods = n_methods,
+                .userdata = userdata,
+        };
+
+        if (listen_fd >= 0) {
+                r = socket_dup_passed(listen_fd, &fd);
+                if (r < 0)
+                        return r;
+        } else {
+                s->path = strdup(path);
+                if (!s->path)
+                        return -ENOMEM;
+                r = socket_bind_path(path, socket_gid, &fd, &st);
+                if (r < 0)
+                        return r;
+                s->dev = st.st_dev;
+                s->ino = st.st_ino;
+        }
+
+        r = uv_pipe_init(loop, &s->pipe, 0);
+        if (r < 0)
+                goto fail_unlink;
+        s->pipe.data = s;
+        s->n_handles = 1;
+        r = uv_pipe_open(&s->pipe, fd);
+        if (r < 0)
+                goto fail_close;
+        TAKE_FD(fd);
+        r = uv_listen((uv_stream_t *) &s->pipe, CONTROL_BACKLOG, server_connection_cb);
+        if (r < 0)
+                goto fail_close;
+
+        *ret = TAKE_PTR(s);
+        return 0;
+
+fail_close:
+        /* From here the handle frees the server in its close callback. */
+        server_unlink_socket(s);
+        uv_close((uv_handle_t *) &s->pipe, server_listener_close_cb);
+        TAKE_PTR(s);
+        return r;
+fail_unlink:
+        server_unlink_socket(s);
+        return r;
+}
+
+void control_server_close(ControlServer *s) {
+        if (!s || s->closing)
+                return;
+        s->closing = true;
+        server_unlink_socket(s);
+        uv_close((uv_handle_t *) &s->pipe, server_listener_close_cb);
+        /* Connections leave the list only in their close callbacks, so it is stable here. */
+        for (ControlConnection *c = s->connections, *next; c; c = next) {
+                next = c->next;
+                conn_close(c, true);
+        }
+}

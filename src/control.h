@@ -41,7 +41,10 @@ int control_request_notify(ControlRequest *req, const char *method, json_t *para
 
 /* When the peer disconnects before the reply, cancel(req, data) runs and
  * then the request is freed; the handler must not answer it afterwards.
- * Without a cancel callback the request is simply dropped with the peer. */
+ * Without a cancel callback the request is simply dropped with the peer:
+ * it stays valid until its handler answers, and that answer goes nowhere.
+ * Cancel callbacks run from the loop or from control_server_close(), never
+ * from inside control_request_reply/error/notify. */
 void control_request_set_cancel(ControlRequest *req, void (*cancel)(ControlRequest *req, void *data), void *data);
 
 typedef struct ControlServer ControlServer;
@@ -49,7 +52,11 @@ typedef struct ControlServer ControlServer;
 /* Listens on listen_fd when >= 0 (a socket systemd passed, already bound and
  * listening), else binds path (removing a stale socket nobody answers on;
  * refusing, with -EADDRINUSE, one that a live daemon answers on), mode 0660,
- * group socket_gid when not (gid_t)-1. methods must outlive the server. */
+ * group socket_gid when not (gid_t)-1. methods must outlive the server.
+ * listen_fd stays the caller's: the server listens on a duplicate (an fd
+ * that is not a Unix stream socket: -ENOTSOCK or -EPROTOTYPE). A path that
+ * holds something other than a socket: -EEXIST. The process must ignore
+ * SIGPIPE (libuv writes with write(2)); a vanished peer is then dropped. */
 int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t socket_gid,
                        const ControlMethod *methods, size_t n_methods, void *userdata, ControlServer **ret);
 

@@ -1,1 +1,620 @@
-/* stub: being written */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <zmq.h>
+
+#include "jupyter.h"
+#include "macro.h"
+#include "util.h"
+
+#define DELIM_LEN (sizeof(JUPYTER_DELIM) - 1)
+#define SIG_HEX_LEN 64
+
+/* Frames kept per received message: routing identities (iopub topics), the
+ * delimiter, the signature, four dicts and some buffers. Frames past this
+ * are received and released unread; only buffers can be there in a
+ * well-formed message, and buffers are ignored anyway. */
+#define RECV_MAX_FRAMES 32
+
+/* Messages handled on one socket per wake-up before yielding to the rest of
+ * the loop, so a kernel flooding iopub cannot starve the other kernels. */
+#define DRAIN_BUDGET 64
+
+/* ---- The pure layer. ---- */
+
+static inline void evp_mac_freep(EVP_MAC **p) {
+        EVP_MAC_free(*p);
+}
+
+static inline void evp_mac_ctx_freep(EVP_MAC_CTX **p) {
+        EVP_MAC_CTX_free(*p);
+}
+
+/* HMAC-SHA256 in lower-case hex over the four parts, keyed by the bytes of
+ * key, as jupyter_client's Session.sign does. An empty key gives "". */
+static int hmac_hex(const char *key, const void *const parts[4], const size_t lens[4], char ret_hex[65]) {
+        _cleanup_(evp_mac_freep) EVP_MAC *mac = NULL;
+        _cleanup_(evp_mac_ctx_freep) EVP_MAC_CTX *ctx = NULL;
+        unsigned char md[EVP_MAX_MD_SIZE];
+        OSSL_PARAM params[2];
+        size_t md_len = 0;
+
+        if (!key || !*key) {
+                ret_hex[0] = '\0';
+                return 0;
+        }
+
+        mac = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL);
+        if (!mac)
+                return -EIO;
+        ctx = EVP_MAC_CTX_new(mac);
+        if (!ctx)
+                return -ENOMEM;
+        params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *) "SHA256", 0);
+        params[1] = OSSL_PARAM_construct_end();
+        if (EVP_MAC_init(ctx, (const unsigned char *) key, strlen(key), params) != 1)
+                return -EIO;
+        for (size_t i = 0; i < 4; i++)
+                if (EVP_MAC_update(ctx, parts[i], lens[i]) != 1)
+                        return -EIO;
+        if (EVP_MAC_final(ctx, md, &md_len, sizeof md) != 1 || md_len != SIG_HEX_LEN / 2)
+                return -EIO;
+
+        hex_encode(md, md_len, ret_hex);
+        return 0;
+}
+
+void jupyter_sign(const char *key, const char *const parts[4], const size_t lens[4], char ret_hex[65]) {
+        const void *const p[4] = { parts[0], parts[1], parts[2], parts[3] };
+
+        /* OpenSSL only fails here when out of memory. An empty signature then
+         * fails closed: the kernel drops the message rather than trusting it. */
+        if (hmac_hex(key, p, lens, ret_hex) < 0)
+                ret_hex[0] = '\0';
+}
+
+void jupyter_msg_done(JupyterMsg *m) {
+        if (!m)
+                return;
+        json_decref(m->header);
+        json_decref(m->parent_header);
+        json_decref(m->metadata);
+        json_decref(m->content);
+        *m = (JupyterMsg) {};
+}
+
+static const char *object_string(const json_t *o, const char *field) {
+        const char *s = json_string_value(json_object_get(o, field));
+
+        return s ? s : "";
+}
+
+const char *jupyter_msg_type(const JupyterMsg *m) {
+        return object_string(m->header, "msg_type");
+}
+
+const char *jupyter_msg_id(const JupyterMsg *m) {
+        return object_string(m->header, "msg_id");
+}
+
+const char *jupyter_msg_parent_id(const JupyterMsg *m) {
+        return object_string(m->parent_header, "msg_id");
+}
+
+/* ISO 8601 in UTC with microseconds, as jupyter_client writes dates. */
+static void format_date_usec(char buf[32], usec_t t) {
+        time_t sec = (time_t) (t / USEC_PER_SEC);
+        char base[24];
+        struct tm tm;
+
+        gmtime_r(&sec, &tm);
+        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf, 32, "%s.%06lluZ", base, t % USEC_PER_SEC);
+}
+
+int jupyter_msg_new(const char *msg_type, const char *session, json_t *content, JupyterMsg *ret) {
+        json_auto_t *c = content;
+        json_auto_t *header = NULL;
+        json_auto_t *parent = NULL;
+        json_auto_t *metadata = NULL;
+        char msg_id[37], date[32];
+
+        if (!msg_type || !*msg_type || !session || !ret)
+                return -EINVAL;
+        if (!c) {
+                c = json_object();
+                if (!c)
+                        return -ENOMEM;
+        } else if (!json_is_object(c))
+                return -EINVAL;
+
+        uuid_random(msg_id);
+        format_date_usec(date, now_usec(CLOCK_REALTIME));
+        header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", msg_id, "msg_type", msg_type, "session",
+                           session, "username", "kernelsup", "date", date, "version", JUPYTER_PROTOCOL_VERSION);
+        parent = json_object();
+        metadata = json_object();
+        if (!header || !parent || !metadata)
+                return -ENOMEM;
+
+        *ret = (JupyterMsg) {
+                .header = TAKE_PTR(header),
+                .parent_header = TAKE_PTR(parent),
+                .metadata = TAKE_PTR(metadata),
+                .content = TAKE_PTR(c),
+        };
+        return 0;
+}
+
+void jupyter_frames_done(JupyterFrames *f) {
+        if (!f)
+                return;
+        for (size_t i = 0; i < ELEMENTSOF(f->part); i++)
+                free(f->part[i]);
+        *f = (JupyterFrames) {};
+}
+
+static inline void jupyter_frames_donep(JupyterFrames *f) {
+        jupyter_frames_done(f);
+}
+
+int jupyter_msg_serialize(const JupyterMsg *m, const char *key, JupyterFrames *ret) {
+        _cleanup_(jupyter_frames_donep) JupyterFrames f = {};
+        const json_t *dicts[4] = { m->header, m->parent_header, m->metadata, m->content };
+        char sig[SIG_HEX_LEN + 1];
+        int r;
+
+        /* The header is what makes a message; the others may be left out and
+         * then go on the wire as {}, which is what Jupyter sends for "none". */
+        if (!m->header)
+                return -EINVAL;
+        for (size_t i = 0; i < 4; i++) {
+                if (dicts[i] && !json_is_object(dicts[i]))
+                        return -EINVAL;
+                f.part[2 + i] = dicts[i] ? json_dumps(dicts[i], JSON_COMPACT) : strdup("{}");
+                if (!f.part[2 + i])
+                        return -ENOMEM;
+                f.len[2 + i] = strlen(f.part[2 + i]);
+        }
+
+        r = hmac_hex(key, (const void *const *) &f.part[2], &f.len[2], sig);
+        if (r < 0)
+                return r;
+        f.part[0] = strdup(JUPYTER_DELIM);
+        f.part[1] = strdup(sig);
+        if (!f.part[0] || !f.part[1])
+                return -ENOMEM;
+        f.len[0] = DELIM_LEN;
+        f.len[1] = strlen(sig);
+
+        *ret = f;
+        f = (JupyterFrames) {};
+        return 0;
+}
+
+int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, const char *key, JupyterMsg *ret) {
+        json_t *dicts[4] = {};
+        size_t d;
+        int r;
+
+        for (d = 0; d < n; d++)
+                if (lens[d] == DELIM_LEN && memcmp(frames[d], JUPYTER_DELIM, DELIM_LEN) == 0)
+                        break;
+        /* The signature and the four dicts must follow the delimiter. */
+        if (d == n || n - d - 1 < 5)
+                return -EBADMSG;
+
+        /* Verify before parsing, so unauthenticated input never reaches the JSON parser. */
+        if (key && *key) {
+                char expect[SIG_HEX_LEN + 1];
+
+                r = hmac_hex(key, &frames[d + 2], &lens[d + 2], expect);
+                if (r < 0)
+                        return r;
+                if (lens[d + 1] != SIG_HEX_LEN || CRYPTO_memcmp(expect, frames[d + 1], SIG_HEX_LEN) != 0)
+                        return -EPERM;
+        }
+
+        for (size_t i = 0; i < 4; i++) {
+                const void *p = frames[d + 2 + i];
+                size_t len = lens[d + 2 + i];
+
+                dicts[i] = len > 0 ? json_loadb(p, len, 0, NULL) : NULL;
+                if (!json_is_object(dicts[i])) {
+                        for (size_t j = 0; j <= i; j++)
+                                json_decref(dicts[j]);
+                        return -EBADMSG;
+                }
+        }
+
+        *ret = (JupyterMsg) {
+                .header = dicts[0],
+                .parent_header = dicts[1],
+                .metadata = dicts[2],
+                .content = dicts[3],
+        };
+        return 0;
+}
+
+/* ---- KernelConn. ---- */
+
+/* The sockets we open, in the order of KernelConn.sock[] and .poll[]. stdin
+ * is not connected: we never allow input requests. */
+enum {
+        SOCK_SHELL,
+        SOCK_CONTROL,
+        SOCK_IOPUB,
+        SOCK_HB,
+        _SOCK_MAX,
+};
+
+static const struct {
+        Channel channel;
+        int type;
+} sock_table[_SOCK_MAX] = {
+        [SOCK_SHELL] = { CHANNEL_SHELL, ZMQ_DEALER },
+        [SOCK_CONTROL] = { CHANNEL_CONTROL, ZMQ_DEALER },
+        [SOCK_IOPUB] = { CHANNEL_IOPUB, ZMQ_SUB },
+        /* The kernel's hb is a ROUTER echo. A REQ that missed a reply is stuck
+         * in its state machine; a DEALER never is, and echoes are matched by payload. */
+        [SOCK_HB] = { CHANNEL_HB, ZMQ_DEALER },
+};
+
+struct KernelConn {
+        uv_loop_t *loop;
+        void *sock[_SOCK_MAX];
+        uv_poll_t poll[_SOCK_MAX];
+        bool poll_init[_SOCK_MAX];
+        /* Runs a drain on the next loop iteration after a send: a send makes
+         * libzmq process its command mailbox, which can consume the ZMQ_FD
+         * edge of a message that arrived meanwhile. Also resumes a drain that
+         * ran out of budget. */
+        uv_idle_t idle;
+        bool idle_init;
+        unsigned n_open_handles; /* initialised handles whose close callback has not run yet */
+
+        KernelConnCallbacks cb;
+        void *userdata;
+        char key[KEY_HEX_LEN + 1];
+        char session[37];
+
+        uint64_t hb_last; /* payload of the latest ping */
+        bool hb_waiting;  /* the latest ping has not been echoed yet */
+        unsigned dropped;
+        bool closing;
+};
+
+static void conn_free(KernelConn *c) {
+        free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+        KernelConn *c = h->data;
+
+        if (--c->n_open_handles == 0)
+                conn_free(c);
+}
+
+void kernel_conn_close(KernelConn *c) {
+        if (!c || c->closing)
+                return;
+        c->closing = true;
+
+        for (size_t i = 0; i < _SOCK_MAX; i++) {
+                /* Stop polling the fd before libzmq closes it: uv_close takes the
+                 * fd out of epoll at once, zmq_close hands it to the reaper thread. */
+                if (c->poll_init[i])
+                        uv_close((uv_handle_t *) &c->poll[i], on_handle_closed);
+                if (c->sock[i]) {
+                        (void) zmq_close(c->sock[i]);
+                        c->sock[i] = NULL;
+                }
+        }
+        if (c->idle_init)
+                uv_close((uv_handle_t *) &c->idle, on_handle_closed);
+
+        if (c->n_open_handles == 0)
+                conn_free(c);
+}
+
+/* Receives one whole multipart message without blocking. -EAGAIN when none is queued. */
+static int sock_recv(void *sock, zmq_msg_t parts[RECV_MAX_FRAMES], size_t *ret_n) {
+        size_t n = 0;
+        bool more = true;
+
+        while (more) {
+                zmq_msg_t extra, *m = n < RECV_MAX_FRAMES ? &parts[n] : &extra;
+
+                zmq_msg_init(m);
+                if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
+                        int e = zmq_errno();
+
+                        zmq_msg_close(m);
+                        /* libzmq delivers multipart messages atomically, so a
+                         * signal inside one is retried; before the first frame
+                         * EINTR, like EAGAIN, means "look again later". */
+                        if (e == EINTR && n > 0)
+                                continue;
+                        for (size_t i = 0; i < n && i < RECV_MAX_FRAMES; i++)
+                                zmq_msg_close(&parts[i]);
+                        return e == EINTR ? -EAGAIN : -e;
+                }
+                more = zmq_msg_more(m);
+                if (m == &extra)
+                        zmq_msg_close(m);
+                else
+                        n++;
+        }
+
+        *ret_n = n;
+        return 0;
+}
+
+static void conn_dispatch_hb(KernelConn *c, zmq_msg_t *parts, size_t n) {
+        /* Echoes of older pings are late, not wrong: they are ignored, not counted. */
+        if (n != 1 || zmq_msg_size(&parts[0]) != sizeof c->hb_last ||
+            memcmp(zmq_msg_data(&parts[0]), &c->hb_last, sizeof c->hb_last) != 0 || !c->hb_waiting)
+                return;
+        c->hb_waiting = false;
+        if (c->cb.on_hb)
+                c->cb.on_hb(c, c->userdata);
+}
+
+static void conn_dispatch(KernelConn *c, size_t idx, zmq_msg_t *parts, size_t n) {
+        const void *frames[RECV_MAX_FRAMES];
+        size_t lens[RECV_MAX_FRAMES];
+        JupyterMsg msg;
+        int r;
+
+        if (idx == SOCK_HB)
+                return conn_dispatch_hb(c, parts, n);
+
+        for (size_t i = 0; i < n; i++) {
+                frames[i] = zmq_msg_data(&parts[i]);
+                lens[i] = zmq_msg_size(&parts[i]);
+        }
+        r = jupyter_msg_parse(frames, lens, n, c->key, &msg);
+        if (r < 0) {
+                c->dropped++;
+                return;
+        }
+
+        if (idx == SOCK_IOPUB) {
+                if (c->cb.on_iopub)
+                        c->cb.on_iopub(c, &msg, c->userdata);
+        } else if (c->cb.on_reply)
+                c->cb.on_reply(c, sock_table[idx].channel, &msg, c->userdata);
+        jupyter_msg_done(&msg);
+}
+
+/* Handles what is queued on one socket, up to a budget. ZMQ_FD only says
+ * "something changed" and is edge-triggered: reading ZMQ_EVENTS re-arms it,
+ * and we must go on until ZMQ_POLLIN is clear or no new edge will come.
+ * Returns true when messages are left because the budget ran out. */
+static bool conn_drain(KernelConn *c, size_t idx) {
+        for (unsigned k = 0; k < DRAIN_BUDGET; k++) {
+                zmq_msg_t parts[RECV_MAX_FRAMES];
+                size_t size = sizeof(int), n = 0;
+                int events = 0;
+
+                /* A callback may have closed the connection: the sockets are gone. */
+                if (c->closing)
+                        return false;
+                if (zmq_getsockopt(c->sock[idx], ZMQ_EVENTS, &events, &size) < 0) {
+                        /* EINTR: a signal came while libzmq processed its mailbox; look again later. */
+                        return zmq_errno() == EINTR;
+                }
+                if (!(events & ZMQ_POLLIN))
+                        return false;
+                if (sock_recv(c->sock[idx], parts, &n) < 0)
+                        continue; /* EAGAIN despite POLLIN, or EINTR: ZMQ_EVENTS decides */
+
+                conn_dispatch(c, idx, parts, n);
+                for (size_t i = 0; i < n; i++)
+                        zmq_msg_close(&parts[i]);
+        }
+        return !c->closing;
+}
+
+static void on_idle(uv_idle_t *h) {
+        KernelConn *c = h->data;
+        bool again = false;
+
+        (void) uv_idle_stop(h);
+        for (size_t i = 0; i < _SOCK_MAX && !c->closing; i++)
+                again |= conn_drain(c, i);
+        if (again && !c->closing)
+                (void) uv_idle_start(h, on_idle);
+}
+
+static void conn_schedule_drain(KernelConn *c) {
+        /* Starting an active idle handle is a no-op, so many sends make one drain. */
+        (void) uv_idle_start(&c->idle, on_idle);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+        KernelConn *c = h->data;
+        size_t idx = (size_t) (h - c->poll);
+
+        /* Errors on libzmq's signalling fd cannot be acted upon; ZMQ_EVENTS tells the truth either way. */
+        if (conn_drain(c, idx))
+                conn_schedule_drain(c);
+}
+
+static int conn_endpoint(const char *ip, uint16_t port, bool ipv6, char *buf, size_t size) {
+        int k = snprintf(buf, size, ipv6 ? "tcp://[%s]:%u" : "tcp://%s:%u", ip, (unsigned) port);
+
+        return k < 0 || (size_t) k >= size ? -EINVAL : 0;
+}
+
+int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, const KernelConnCallbacks *cb,
+                    void *userdata, KernelConn **ret) {
+        KernelConn *c = NULL;
+        unsigned char addr[sizeof(struct in6_addr)];
+        bool ipv6 = false;
+        int r;
+
+        if (!loop || !zmq_ctx || !ci || !ret)
+                return -EINVAL;
+        if (memchr(ci->ip, '\0', sizeof ci->ip) == NULL || memchr(ci->key, '\0', sizeof ci->key) == NULL)
+                return -EINVAL;
+        if (inet_pton(AF_INET, ci->ip, addr) != 1) {
+                if (inet_pton(AF_INET6, ci->ip, addr) != 1)
+                        return -EINVAL;
+                ipv6 = true;
+        }
+        for (size_t i = 0; i < _SOCK_MAX; i++)
+                if (ci->ports[sock_table[i].channel] == 0)
+                        return -EINVAL;
+
+        c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        c->loop = loop;
+        c->userdata = userdata;
+        if (cb)
+                c->cb = *cb;
+        strcpy(c->key, ci->key);
+        uuid_random(c->session);
+
+        for (size_t i = 0; i < _SOCK_MAX; i++) {
+                /* No lingering: a request to a dead kernel is worth nothing, and
+                 * zmq_ctx_term must not wait for it. */
+                const int linger = 0, one = 1;
+                /* Not ZMQ_IMMEDIATE (0 is the default, set to say so): the first
+                 * request is usually sent before the kernel has bound its ports;
+                 * it must wait in the pipe and go out when the connect succeeds. */
+                const int immediate = 0;
+                char endpoint[80];
+                int fd;
+                size_t size = sizeof fd;
+
+                c->sock[i] = zmq_socket(zmq_ctx, sock_table[i].type);
+                if (!c->sock[i]) {
+                        r = -zmq_errno();
+                        goto fail;
+                }
+                if (zmq_setsockopt(c->sock[i], ZMQ_LINGER, &linger, sizeof linger) < 0 ||
+                    zmq_setsockopt(c->sock[i], ZMQ_IMMEDIATE, &immediate, sizeof immediate) < 0 ||
+                    (ipv6 && zmq_setsockopt(c->sock[i], ZMQ_IPV6, &one, sizeof one) < 0) ||
+                    (sock_table[i].type == ZMQ_SUB && zmq_setsockopt(c->sock[i], ZMQ_SUBSCRIBE, "", 0) < 0)) {
+                        r = -zmq_errno();
+                        goto fail;
+                }
+                r = conn_endpoint(ci->ip, ci->ports[sock_table[i].channel], ipv6, endpoint, sizeof endpoint);
+                if (r < 0)
+                        goto fail;
+                if (zmq_connect(c->sock[i], endpoint) < 0 || zmq_getsockopt(c->sock[i], ZMQ_FD, &fd, &size) < 0) {
+                        r = -zmq_errno();
+                        goto fail;
+                }
+
+                r = uv_poll_init(loop, &c->poll[i], fd);
+                if (r < 0)
+                        goto fail;
+                c->poll[i].data = c;
+                c->poll_init[i] = true;
+                c->n_open_handles++;
+                r = uv_poll_start(&c->poll[i], UV_READABLE, on_poll);
+                if (r < 0)
+                        goto fail;
+        }
+
+        r = uv_idle_init(loop, &c->idle);
+        if (r < 0)
+                goto fail;
+        c->idle.data = c;
+        c->idle_init = true;
+        c->n_open_handles++;
+
+        *ret = c;
+        return 0;
+
+fail:
+        /* Handles already initialised are freed from their close callbacks, on the next loop run. */
+        kernel_conn_close(c);
+        return r;
+}
+
+int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+        json_auto_t *owned = content;
+        _cleanup_(jupyter_frames_donep) JupyterFrames f = {};
+        JupyterMsg m;
+        void *sock;
+        int r;
+
+        if (!c || !msg_type)
+                return -EINVAL;
+        if (c->closing)
+                return -ESHUTDOWN;
+        if (channel == CHANNEL_SHELL)
+                sock = c->sock[SOCK_SHELL];
+        else if (channel == CHANNEL_CONTROL)
+                sock = c->sock[SOCK_CONTROL];
+        else
+                return -EINVAL;
+
+        r = jupyter_msg_new(msg_type, c->session, TAKE_PTR(owned), &m);
+        if (r < 0)
+                return r;
+        r = jupyter_msg_serialize(&m, c->key, &f);
+        if (r >= 0 && ret_msg_id)
+                snprintf(ret_msg_id, 37, "%s", jupyter_msg_id(&m));
+        jupyter_msg_done(&m);
+        if (r < 0)
+                return r;
+
+        /* libzmq queues a multipart message atomically: when the first frame is
+         * accepted the rest are too, so EAGAIN (queue full) can only come first. */
+        for (size_t i = 0; i < ELEMENTSOF(f.part); i++) {
+                int flags = ZMQ_DONTWAIT | (i + 1 < ELEMENTSOF(f.part) ? ZMQ_SNDMORE : 0);
+
+                while (zmq_send(sock, f.part[i], f.len[i], flags) < 0) {
+                        if (zmq_errno() == EINTR)
+                                continue;
+                        r = -zmq_errno();
+                        conn_schedule_drain(c);
+                        return r;
+                }
+        }
+
+        conn_schedule_drain(c);
+        return 0;
+}
+
+int kernel_conn_ping(KernelConn *c) {
+        uint64_t payload;
+
+        if (!c)
+                return -EINVAL;
+        if (c->closing)
+                return -ESHUTDOWN;
+
+        payload = c->hb_last + 1;
+        while (zmq_send(c->sock[SOCK_HB], &payload, sizeof payload, ZMQ_DONTWAIT) < 0) {
+                int e = zmq_errno();
+
+                if (e == EINTR)
+                        continue;
+                conn_schedule_drain(c);
+                return -e;
+        }
+        /* Only the latest ping counts: an echo of an older one proves less. */
+        c->hb_last = payload;
+        c->hb_waiting = true;
+        conn_schedule_drain(c);
+        return 0;
+}
+
+unsigned kernel_conn_dropped(const KernelConn *c) {
+        return c ? c->dropped : 0;
+}

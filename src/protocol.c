@@ -1,1 +1,335 @@
-/* stub: being written */
+/* The control protocol: newline-delimited JSON-RPC 2.0, shared by kernelsupd
+ * and kernelctl.
+ *
+ * The status object of one context, as the daemon sends it (in "status" and
+ * as the result of "start", "stop" and "restart") and kernelctl reads it:
+ *   name            string
+ *   state           "stopped", "starting", "ready", "busy", "unresponsive",
+ *                   "backoff", "failed" or "stopping"
+ *   pid             integer or null
+ *   kernel_id       string (UUID) or null
+ *   incarnation     integer
+ *   restarts        integer
+ *   started_at      RFC 3339 string or null
+ *   uptime          seconds (number) or null
+ *   connection_file string
+ *   last_exit       null or {"code": integer|null, "signal": "SIGKILL"|null, "oom": bool, "at": RFC 3339}
+ *   last_error      string or null
+ * The supervisor object of "status": pid, version, generation, boot_id,
+ * started_at, uptime. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macro.h"
+#include "protocol.h"
+
+int protocol_exit_code(int rpc_code) {
+        static const struct {
+                int code;
+                int exit_code;
+        } table[] = {
+                { KS_ERR_FAILED, EXIT_FAILED },         { KS_ERR_NO_CONTEXT, EXIT_NO_CONTEXT },
+                { KS_ERR_PERMISSION, EXIT_PERMISSION }, { KS_ERR_TIMEOUT, EXIT_TIMEOUT },
+                { KS_ERR_CELL_ERROR, EXIT_CELL_ERROR }, { KS_ERR_REPLACED, EXIT_REPLACED },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                if (table[i].code == rpc_code)
+                        return table[i].exit_code;
+        return EXIT_FAILED;
+}
+
+/* Serialises one message as a single line. The root is always released. An
+ * encoded message never contains a raw newline: JSON escapes control
+ * characters inside strings and the compact form has no whitespace. */
+static char *encode_line(json_t *root) {
+        json_auto_t *j = root;
+        char *s, *line;
+        size_t n;
+
+        if (!j)
+                return NULL;
+        s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!s)
+                return NULL;
+        n = strlen(s);
+        line = realloc(s, n + 2);
+        if (!line) {
+                free(s);
+                return NULL;
+        }
+        line[n] = '\n';
+        line[n + 1] = '\0';
+        return line;
+}
+
+/* A new object {"jsonrpc": "2.0"}, the start of every message. */
+static json_t *message_new(void) {
+        json_auto_t *j = json_object();
+
+        if (!j || json_object_set_new(j, "jsonrpc", json_string("2.0")) < 0)
+                return NULL;
+        return TAKE_PTR(j);
+}
+
+/* Sets key to id, or to null when id is NULL. */
+static int message_set_id(json_t *j, const json_t *id) {
+        /* jansson's API takes non-const values; the id is only referenced, never modified. */
+        return json_object_set_new(j, "id", id ? json_incref((json_t *) id) : json_null());
+}
+
+/* A JSON string for text that may not be valid UTF-8 (an error message built
+ * from arbitrary input): bytes that jansson rejects become '?'. */
+static json_t *string_sanitized(const char *s) {
+        _cleanup_free_ char *copy = NULL;
+        json_t *j;
+
+        j = json_string(s);
+        if (j)
+                return j;
+        copy = strdup(s);
+        if (!copy)
+                return NULL;
+        for (char *p = copy; *p; p++)
+                if ((unsigned char) *p >= 0x80)
+                        *p = '?';
+        return json_string(copy);
+}
+
+char *protocol_request(long long id, const char *method, json_t *params) {
+        json_auto_t *p = params;
+        json_auto_t *j = message_new();
+
+        if (!j || json_object_set_new(j, "id", json_integer(id)) < 0 ||
+            json_object_set_new(j, "method", json_string(method)) < 0)
+                return NULL;
+        if (p && json_object_set_new(j, "params", TAKE_PTR(p)) < 0)
+                return NULL;
+        return encode_line(TAKE_PTR(j));
+}
+
+char *protocol_result(const json_t *id, json_t *result) {
+        json_auto_t *r = result;
+        json_auto_t *j = message_new();
+
+        if (!j || message_set_id(j, id) < 0)
+                return NULL;
+        if (json_object_set_new(j, "result", r ? TAKE_PTR(r) : json_null()) < 0)
+                return NULL;
+        return encode_line(TAKE_PTR(j));
+}
+
+char *protocol_error(const json_t *id, int code, const char *message, json_t *data) {
+        json_auto_t *d = data;
+        json_auto_t *j = message_new();
+        json_auto_t *e = json_object();
+
+        if (!j || !e || message_set_id(j, id) < 0)
+                return NULL;
+        if (json_object_set_new(e, "code", json_integer(code)) < 0 ||
+            json_object_set_new(e, "message", string_sanitized(message ?: "")) < 0)
+                return NULL;
+        if (d && json_object_set_new(e, "data", TAKE_PTR(d)) < 0)
+                return NULL;
+        if (json_object_set_new(j, "error", TAKE_PTR(e)) < 0)
+                return NULL;
+        return encode_line(TAKE_PTR(j));
+}
+
+char *protocol_notification(const char *method, json_t *params) {
+        json_auto_t *p = params;
+        json_auto_t *j = message_new();
+
+        if (!j || json_object_set_new(j, "method", json_string(method)) < 0)
+                return NULL;
+        if (p && json_object_set_new(j, "params", TAKE_PTR(p)) < 0)
+                return NULL;
+        return encode_line(TAKE_PTR(j));
+}
+
+/* Loads exactly one JSON value from the buffer. Duplicate keys are refused
+ * because two readers could pick different ones; jansson refuses NUL bytes
+ * (raw, or \u0000 in a string), so every string is also a valid C string. */
+static json_t *load_line(const char *line, size_t len) {
+        json_error_t error;
+
+        return json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
+}
+
+/* JSON-RPC 2.0 allows string, number and null ids. Fractional numbers are
+ * discouraged by the specification and a bool is no id at all; we accept
+ * only what both ends can echo back unchanged. */
+static bool id_valid(const json_t *id) {
+        return json_is_string(id) || json_is_integer(id) || json_is_null(id);
+}
+
+static bool version_valid(const json_t *root) {
+        const json_t *v = json_object_get(root, "jsonrpc");
+
+        return json_is_string(v) && streq(json_string_value(v), "2.0");
+}
+
+/* Makes sure root has an object under "params" and returns it (borrowed). */
+static json_t *params_get_or_add(json_t *root) {
+        json_t *params = json_object_get(root, "params");
+
+        if (params)
+                return json_is_object(params) ? params : NULL;
+        params = json_object();
+        if (!params || json_object_set_new(root, "params", params) < 0)
+                return NULL;
+        return params;
+}
+
+int protocol_parse_request(const char *line, size_t len, RpcRequest *ret, int *ret_code, const char **ret_message,
+                           json_t **ret_root, json_t **ret_id) {
+        json_auto_t *root = NULL;
+        json_t *id = NULL, *method, *params;
+        const char *key;
+        json_t *value;
+        const char *message;
+        int code = RPC_INVALID_REQUEST;
+
+        root = load_line(line, len);
+        if (!root) {
+                code = RPC_PARSE_ERROR;
+                message = "parse error";
+                goto fail;
+        }
+        if (!json_is_object(root)) {
+                message = json_is_array(root) ? "batch requests are not supported" : "request is not an object";
+                goto fail;
+        }
+
+        /* The id first, so every later complaint can be addressed to it. */
+        value = json_object_get(root, "id");
+        if (value) {
+                if (!id_valid(value)) {
+                        message = "id must be a string, an integer or null";
+                        goto fail;
+                }
+                id = value;
+        }
+        if (!version_valid(root)) {
+                message = "jsonrpc must be \"2.0\"";
+                goto fail;
+        }
+        method = json_object_get(root, "method");
+        if (!method) {
+                message = "method is missing";
+                goto fail;
+        }
+        if (!json_is_string(method)) {
+                message = "method must be a string";
+                goto fail;
+        }
+        json_object_foreach(root, key, value) {
+                if (!streq(key, "jsonrpc") && !streq(key, "id") && !streq(key, "method") && !streq(key, "params")) {
+                        message = "unexpected member in request";
+                        goto fail;
+                }
+        }
+        value = json_object_get(root, "params");
+        if (value && !json_is_object(value)) {
+                message = "params must be an object";
+                goto fail;
+        }
+        params = params_get_or_add(root);
+        if (!params)
+                return -ENOMEM;
+
+        *ret = (RpcRequest){
+                .id = id,
+                .method = json_string_value(method),
+                .params = params,
+        };
+        ret->root = TAKE_PTR(root);
+        return 0;
+
+fail:
+        if (ret_code)
+                *ret_code = code;
+        if (ret_message)
+                *ret_message = message;
+        if (ret_id)
+                *ret_id = id;
+        if (ret_root)
+                *ret_root = TAKE_PTR(root);
+        return -EBADMSG;
+}
+
+int protocol_parse_message(const char *line, size_t len, RpcMessage *ret) {
+        json_auto_t *root = NULL;
+        json_t *id, *method, *result, *error, *params, *code, *message, *data;
+        json_int_t c;
+
+        root = load_line(line, len);
+        if (!root || !json_is_object(root) || !version_valid(root))
+                return -EBADMSG;
+
+        id = json_object_get(root, "id");
+        method = json_object_get(root, "method");
+        result = json_object_get(root, "result");
+        error = json_object_get(root, "error");
+
+        if (method) {
+                /* A notification: the daemon never sends us requests. */
+                if (!json_is_string(method) || id || result || error)
+                        return -EBADMSG;
+                params = json_object_get(root, "params");
+                if (params && !json_is_object(params))
+                        return -EBADMSG;
+                params = params_get_or_add(root);
+                if (!params)
+                        return -ENOMEM;
+                *ret = (RpcMessage){
+                        .kind = RPC_NOTIFICATION,
+                        .method = json_string_value(method),
+                        .params = params,
+                };
+                ret->root = TAKE_PTR(root);
+                return 0;
+        }
+
+        if (!id || !id_valid(id) || !result == !error)
+                return -EBADMSG;
+
+        if (result) {
+                *ret = (RpcMessage){
+                        .kind = RPC_RESULT,
+                        .id = id,
+                        .result = result,
+                };
+                ret->root = TAKE_PTR(root);
+                return 0;
+        }
+
+        if (!json_is_object(error))
+                return -EBADMSG;
+        code = json_object_get(error, "code");
+        message = json_object_get(error, "message");
+        data = json_object_get(error, "data");
+        if (!json_is_integer(code) || !json_is_string(message))
+                return -EBADMSG;
+        c = json_integer_value(code);
+        if (c < INT32_MIN || c > INT32_MAX)
+                return -EBADMSG;
+        *ret = (RpcMessage){
+                .kind = RPC_ERROR,
+                .id = id,
+                .code = (int) c,
+                .message = json_string_value(message),
+                .data = data,
+        };
+        ret->root = TAKE_PTR(root);
+        return 0;
+}
+
+void rpc_message_done(RpcMessage *m) {
+        if (!m)
+                return;
+        json_decref(m->root);
+        *m = (RpcMessage){};
+}

@@ -278,7 +278,8 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
         if (k == (ssize_t) sizeof msg) {
                 siginfo_t si;
                 (void) waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED);
-                if (asprintf(ret_error, "%s %s: %s", step_name(msg[0]), msg[0] == 6 ? (p->cwd ?: "/") : p->argv[0],
+                const char *what = msg[0] == 6 ? (p->cwd ?: "/") : msg[0] == 8 ? p->argv[0] : NULL;
+                if (asprintf(ret_error, "%s%s%s: %s", step_name(msg[0]), what ? " " : "", what ?: "",
                              strerror(msg[1])) < 0)
                         *ret_error = NULL;
                 return -msg[1];

@@ -26,6 +26,9 @@ typedef struct SupervisorState {
  * counting starts again from 1; the return value is then 1 (0 otherwise), so
  * the caller can say so. */
 int state_supervisor_start(int state_dirfd, SupervisorState *ret);
+/* (Corrupt includes a file over 64 KiB. A file that cannot be read for
+ * another reason, e.g. a directory or a symlink there, gives -errno and
+ * nothing is moved or written. *ret is written only on success.) */
 
 typedef struct ExitInfo {
         bool valid;
@@ -59,7 +62,15 @@ json_t *context_state_to_json(const ContextState *s);
 int context_state_from_json(const json_t *j, ContextState *ret);
 
 /* contexts/NAME.json under state_dirfd (created 0700 if missing).
- * load: -ENOENT when there is none, -EBADMSG when it is corrupt. */
+ * load: -ENOENT when there is none, -EBADMSG when it is corrupt.
+ * All three: -EINVAL when context_name_valid(name) is false; a symlink at
+ * contexts/ or at the file is never followed (-ELOOP/-ENOTDIR).
+ * load: -EFBIG over 64 KiB; *ret is overwritten on success (call
+ * context_state_done on it first if it held a state).
+ * save: files 0600; -EINVAL for a state load would refuse (out-of-range
+ * fields), -EFBIG when the JSON exceeds 64 KiB. A last_error that is not
+ * UTF-8 is written with its non-ASCII bytes replaced by '?'.
+ * remove: a missing file or directory is success. */
 int context_state_load(int state_dirfd, const char *name, ContextState *ret);
 int context_state_save(int state_dirfd, const char *name, const ContextState *s);
 int context_state_remove(int state_dirfd, const char *name);

@@ -163,6 +163,13 @@ static void waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor w
         control_request_set_cancel(req, waiter_cancel_cb, w);
 }
 
+static bool waiter_done(const Waiter *w, ContextStateKind st) {
+        if (w->want == WAIT_STOPPED)
+                return st == CONTEXT_STOPPED;
+        return st == CONTEXT_READY || st == CONTEXT_BUSY || st == CONTEXT_BACKOFF || st == CONTEXT_FAILED ||
+               st == CONTEXT_STOPPED;
+}
+
 /* Answers the waiters of c whose wait is over. */
 static void waiters_check(Supervisor *s, Context *c) {
         ContextStateKind st = context_state(c);
@@ -172,17 +179,16 @@ static void waiters_check(Supervisor *s, Context *c) {
                 next = w->next;
                 if (w->ctx != c)
                         continue;
-                if (w->want == WAIT_READY && (st == CONTEXT_READY || st == CONTEXT_BUSY))
-                        control_request_reply(w->req, context_to_json(c));
-                else if (w->want == WAIT_READY && (st == CONTEXT_BACKOFF || st == CONTEXT_FAILED || st == CONTEXT_STOPPED))
+                if (!waiter_done(w, st))
+                        continue;
+                /* The request is freed by its answer: no cancel may fire after it. */
+                control_request_set_cancel(w->req, NULL, NULL);
+                if (w->want == WAIT_READY && st != CONTEXT_READY && st != CONTEXT_BUSY)
                         control_request_error(w->req, KS_ERR_FAILED, context_to_json(c), "%s: %s (state %s)",
                                               context_name(c), context_last_error(c) ?: "did not start",
                                               context_state_to_string(st));
-                else if (w->want == WAIT_STOPPED && st == CONTEXT_STOPPED)
-                        control_request_reply(w->req, context_to_json(c));
                 else
-                        continue;
-                control_request_set_cancel(w->req, NULL, NULL);
+                        control_request_reply(w->req, context_to_json(c));
                 waiter_free(w);
         }
 }

@@ -1,0 +1,861 @@
+"""Harness for kernelsup's integration tests.
+
+Each test script starts a fresh kernelsupd in its own temporary directory (its own
+config, control socket, runtime and state directories and port range), waits for
+READY=1 on a private NOTIFY_SOCKET, drives it with kernelctl and real Jupyter
+clients, and prints TAP for automake's tap-driver. Every wait polls a condition
+with a deadline; every timeout is multiplied by $KS_TIMEOUT_SCALE.
+
+Environment: KS_BUILDDIR (holds ./kernelsupd and ./kernelctl), KS_SRCDIR,
+KS_TIMEOUT_SCALE (default 1), KS_KEEP_TMP (keep the temporary directories).
+Run with Debian's /usr/bin/python3, which has jupyter_client.
+"""
+
+import atexit
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+SCALE = float(os.environ.get("KS_TIMEOUT_SCALE", "1"))
+SRCDIR = os.environ.get("KS_SRCDIR") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILDDIR = os.environ.get("KS_BUILDDIR") or SRCDIR
+KERNELSUPD = os.path.join(BUILDDIR, "kernelsupd")
+KERNELCTL = os.path.join(BUILDDIR, "kernelctl")
+
+SANITIZER_MARKERS = ("AddressSanitizer", "runtime error:", "LeakSanitizer")
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+STATES = ("stopped", "starting", "ready", "busy", "unresponsive", "backoff", "failed", "stopping")
+
+
+class HarnessError(Exception):
+    """Something the test needed did not work (reported as a failed test point)."""
+
+
+class WaitTimeout(HarnessError):
+    pass
+
+
+def scaled(seconds):
+    return seconds * SCALE
+
+
+def wait_until(pred, timeout, what, check=bool, interval=0.05):
+    """Polls pred() until check(value) is true and returns that value. timeout is in
+    unscaled seconds. On timeout raises WaitTimeout naming what and the last value
+    observed (an exception raised by pred counts as the observed value)."""
+    deadline = time.monotonic() + scaled(timeout)
+    last = "<never evaluated>"
+    while True:
+        try:
+            value = pred()
+        except HarnessError as e:
+            last = f"<{type(e).__name__}: {e}>"
+        else:
+            if check(value):
+                return value
+            last = value
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {scaled(timeout):g}s waiting for {what}; last observed: {last!r}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------
+# TAP
+
+
+class TAP:
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+        self.daemons = []
+        self._finished = False
+        atexit.register(self._atexit)
+        # The test driver (or a user) may SIGTERM us: run the cleanup then.
+        signal.signal(signal.SIGTERM, lambda signo, frame: sys.exit(128 + signo))
+
+    def diag(self, text):
+        for line in str(text).splitlines() or [""]:
+            print(f"# {line}")
+        sys.stdout.flush()
+
+    def ok(self, cond, name, diag=None):
+        self.n += 1
+        name = str(name).replace("#", "\\#").replace("\n", " ")
+        print(f"{'ok' if cond else 'not ok'} {self.n} - {name}")
+        if not cond:
+            self.failed += 1
+            if diag is not None:
+                self.diag(diag)
+        sys.stdout.flush()
+        return bool(cond)
+
+    def eq(self, got, want, name, diag=None):
+        return self.ok(got == want, name, f"got {got!r}, want {want!r}" + (f"\n{diag}" if diag else ""))
+
+    def contains(self, text, part, name):
+        return self.ok(text is not None and part in text, name, f"{part!r} not found in {text!r}")
+
+    def skip(self, name, reason):
+        self.n += 1
+        print(f"ok {self.n} - {name} # SKIP {reason}")
+        sys.stdout.flush()
+
+    @contextlib.contextmanager
+    def guard(self, name):
+        """Runs an independent block: an exception fails one test point and the
+        script goes on with the next block."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - any error is a failure of this block
+            self.ok(False, f"{name}: {type(e).__name__}", _format_exc(e))
+
+    def _report_logs(self):
+        for d in self.daemons:
+            d.print_log_tail()
+
+    def _cleanup(self):
+        for d in reversed(self.daemons):
+            try:
+                d.cleanup()
+            except Exception as e:  # noqa: BLE001 - cleanup must go on
+                self.diag(f"cleanup of {d.tmp}: {type(e).__name__}: {e}")
+
+    def done(self):
+        if self.failed:
+            self._report_logs()
+        self._cleanup()
+        self._finished = True
+        print(f"1..{self.n}")
+        sys.stdout.flush()
+        sys.exit(1 if self.failed else 0)
+
+    def skip_all(self, reason):
+        self._cleanup()
+        self._finished = True
+        print(f"1..0 # SKIP {reason}")
+        sys.stdout.flush()
+        sys.exit(77)
+
+    def _atexit(self):
+        if self._finished:
+            return
+        # An uncaught exception or a signal: still kill and remove what we made.
+        self.ok(False, "the test script ran to its end")
+        self._report_logs()
+        self._cleanup()
+        if self.n:
+            print(f"1..{self.n}")
+        sys.stdout.flush()
+
+
+def _format_exc(e):
+    if isinstance(e, HarnessError):
+        return str(e)
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+
+
+def main(fn, needs_jupyter=True):
+    """Runs fn(tap), turning an exception into a failed test point, then ends the plan."""
+    tap = TAP()
+    if not (os.access(KERNELSUPD, os.X_OK) and os.access(KERNELCTL, os.X_OK)):
+        tap.skip_all(f"kernelsupd/kernelctl not built in {BUILDDIR}")
+    if needs_jupyter:
+        if importlib.util.find_spec("jupyter_client") is None:
+            tap.skip_all(f"{sys.executable} has no jupyter_client (use /usr/bin/python3)")
+    try:
+        fn(tap)
+    except Exception as e:  # noqa: BLE001 - reported as TAP
+        tap.ok(False, f"test script raised {type(e).__name__}", _format_exc(e))
+        # Often the daemon died under the test: say so, and whether a sanitizer saw why.
+        for d in tap.daemons:
+            if d.proc is not None and not d.exit_expected and d.proc.poll() is not None:
+                tap.ok(False, "kernelsupd kept running during the test", f"it exited with {d.proc.returncode}")
+            if d.proc is not None:
+                d.check_log()
+    tap.done()
+
+
+# ---------------------------------------------------------------------------
+# /proc
+
+
+def proc_stat(pid):
+    """(state, ppid, pgid, sid, starttime) of pid, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+
+
+def proc_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return None
+
+
+def proc_environ(pid):
+    """The environment of pid as a dict, or None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        k, sep, v = item.decode(errors="replace").partition("=")
+        if sep:
+            env[k] = v
+    return env
+
+
+def all_pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def alive(pid):
+    """True when pid exists and is not a zombie."""
+    st = proc_stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def describe(pid):
+    st = proc_stat(pid)
+    if st is None:
+        return f"pid {pid} (gone)"
+    cmd = " ".join(proc_cmdline(pid) or [])
+    return f"pid {pid} state {st[0]} ppid {st[1]} pgid {st[2]}: {cmd[:200]}"
+
+
+def group_members(pgid):
+    """Processes (zombies included) whose process group is pgid."""
+    return [p for p in all_pids() if (st := proc_stat(p)) is not None and st[2] == pgid]
+
+
+def boot_id():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def port_free(port, ip="127.0.0.1"):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((ip, port))
+        except OSError:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# The daemon
+
+_slot = None
+
+
+def port_slot():
+    """This process's slot of 200 ports in 20000-29999: getpid() % 50, or the next one
+    free when another test process holds it (two pids can share a remainder). A slot
+    is held by binding an abstract Unix socket, which the kernel frees when we exit."""
+    global _slot
+    if _slot is None:
+        first = os.getpid() % 50
+        for i in range(50):
+            n = (first + i) % 50
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            try:
+                s.bind(f"\0kernelsup-test-port-slot-{n}")
+            except OSError:
+                s.close()
+                continue
+            _slot = (n, s)
+            break
+        else:
+            raise HarnessError("all 50 port slots are held by other test processes")
+    return _slot[0]
+
+
+
+class Daemon:
+    def __init__(self, tap, contexts="[context:default]\n", defaults="", supervisor="", extra_files=None):
+        self.tap = tap
+        self.tmp = tempfile.mkdtemp(prefix="ks-test-")
+        self.conf_dir = os.path.join(self.tmp, "conf")
+        self.contexts_dir = os.path.join(self.conf_dir, "contexts.d")
+        self.config = os.path.join(self.conf_dir, "kernelsup.ini")
+        self.run_dir = os.path.join(self.tmp, "run")
+        self.state_dir = os.path.join(self.tmp, "state")
+        self.socket = os.path.join(self.run_dir, "control.sock")
+        self.notify_path = os.path.join(self.tmp, "notify")
+        self.log_path = os.path.join(self.tmp, "daemon.log")
+        # A port range per test process, so tests running in parallel do not collide.
+        self.port_min = 20000 + port_slot() * 200
+        self.port_max = self.port_min + 199
+        self.proc = None
+        self.notify_sock = None
+        self.notifications = []
+        self.starts = 0
+        self.seen_pids = {}  # pid -> /proc starttime when first seen (None if already gone)
+        self.history = {}  # context name -> list of states observed, without repeats
+        self.pids_of = {}  # context name -> every pid a status showed for it
+        self.mounts = []
+        self.log_reported = False
+        self.last_ctl = None
+        self.exit_expected = False  # set once the test stops the daemon or expects it to exit
+        tap.daemons.append(self)
+        os.makedirs(self.contexts_dir)
+        self.write_config(contexts, defaults, supervisor, extra_files)
+
+    # -- configuration
+
+    def config_text(self, contexts, defaults="", supervisor=""):
+        return (
+            "[supervisor]\n"
+            f"socket = {self.socket}\n"
+            f"runtime_dir = {self.run_dir}\n"
+            f"state_dir = {self.state_dir}\n"
+            f"contexts_dir = {self.contexts_dir}\n"
+            f"port_range = {self.port_min}-{self.port_max}\n"
+            + supervisor
+            + "\n[defaults]\n"
+            + defaults
+            + "\n"
+            + contexts
+        )
+
+    def write_config(self, contexts, defaults="", supervisor="", extra_files=None):
+        with open(self.config, "w") as f:
+            f.write(self.config_text(contexts, defaults, supervisor))
+        for name, text in (extra_files or {}).items():
+            with open(os.path.join(self.contexts_dir, name), "w") as f:
+                f.write(text)
+
+    def config_line(self, text, path=None):
+        """1-based line number of the first line of path (default: the main file) equal to text."""
+        with open(path or self.config) as f:
+            for i, line in enumerate(f, 1):
+                if line.rstrip("\n") == text:
+                    return i
+        raise HarnessError(f"{text!r} not in {path or self.config}")
+
+    # -- process
+
+    def env(self):
+        env = dict(os.environ)
+        for k in ("KERNELSUP_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
+                  "LISTEN_FDNAMES", "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CONFIGURATION_DIRECTORY",
+                  "JPY_PARENT_PID"):
+            env.pop(k, None)
+        env["NOTIFY_SOCKET"] = self.notify_path
+        # Marks every process that inherits the daemon's environment as ours.
+        env["KS_TEST_TAG"] = self.tmp
+        return env
+
+    def _open_notify(self):
+        self.close_notify()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.notify_path)
+        self.notify_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.notify_sock.bind(self.notify_path)
+        self.notify_sock.settimeout(0.1)
+        self.notifications = []
+        # Read all the time, as systemd does: a unix datagram queue holds only a few
+        # messages, and a daemon whose sd_notify blocks on a full queue would hang.
+        self._notify_stop = threading.Event()
+        self._notify_thread = threading.Thread(target=self._read_notify,
+                                               args=(self.notify_sock, self._notify_stop, self.notifications),
+                                               daemon=True)
+        self._notify_thread.start()
+
+    @staticmethod
+    def _read_notify(sock, stop, out):
+        while True:
+            try:
+                data = sock.recv(65536)
+            except (socket.timeout, BlockingIOError):
+                if stop.is_set():
+                    return
+                continue
+            except OSError:
+                return
+            n = {}
+            for line in data.decode(errors="replace").split("\n"):
+                k, sep, v = line.partition("=")
+                if sep:
+                    n[k] = v
+            out.append(n)  # list.append is atomic; readers take copies
+
+    def close_notify(self):
+        """Stops listening, after reading every datagram already queued."""
+        if self.notify_sock is None:
+            return
+        self.notify_sock.setblocking(False)
+        self._notify_stop.set()
+        self._notify_thread.join()
+        self.notify_sock.close()
+        self.notify_sock = None
+
+    def drain_notifications(self):
+        """Every notification received so far (a list of dicts of K=V lines)."""
+        return list(self.notifications)
+
+    def ready_sent(self):
+        return any(n.get("READY") == "1" for n in self.drain_notifications())
+
+    def statuses(self):
+        """Every STATUS= text received so far, in order."""
+        return [n["STATUS"] for n in self.drain_notifications() if "STATUS" in n]
+
+    def spawn(self, *extra_args):
+        """Runs kernelsupd with our config (and extra arguments) in the background."""
+        self._open_notify()
+        with open(self.log_path, "ab") as log:
+            log.write(f"---- start {self.starts + 1}: kernelsupd --config {self.config} {' '.join(extra_args)}\n"
+                      .encode())
+            log.flush()
+            self.proc = subprocess.Popen([KERNELSUPD, "--config", self.config, *extra_args], env=self.env(),
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True)
+        self.starts += 1
+        return self.proc
+
+    def start(self, expect_ready=True, poll_status=False, timeout=60):
+        """Starts the daemon. With expect_ready, waits for READY=1 (a test point) and
+        returns self; raises when the daemon exits first. poll_status reads the status
+        while waiting, to see short-lived pids and states. Without expect_ready
+        returns the Popen at once."""
+        proc = self.spawn()
+        self.exit_expected = not expect_ready
+        if not expect_ready:
+            return proc
+        deadline = time.monotonic() + scaled(timeout)
+        name = f"kernelsupd (start {self.starts}) sent READY=1"
+        while not self.ready_sent():
+            rc = proc.poll()
+            if rc is not None:
+                self.close_notify()
+                if self.ready_sent():
+                    continue
+                self.tap.ok(False, name, f"kernelsupd exited with {rc} before READY=1\n" + self.log_tail())
+                raise HarnessError(f"kernelsupd exited with {rc} before READY=1")
+            if time.monotonic() >= deadline:
+                self.tap.ok(False, name, f"no READY=1 after {scaled(timeout):g}s; notifications "
+                                         f"{self.notifications!r}")
+                raise WaitTimeout("no READY=1 from kernelsupd")
+            if poll_status:
+                with contextlib.suppress(HarnessError):
+                    self.status(timeout=5)
+            time.sleep(0.02)
+        self.tap.ok(True, name)
+        return self
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_exit(self, timeout=30):
+        """The daemon's exit code; raises WaitTimeout when it is still running."""
+        try:
+            return self.proc.wait(scaled(timeout))
+        except subprocess.TimeoutExpired:
+            raise WaitTimeout(f"kernelsupd still running after {scaled(timeout):g}s") from None
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Signals the daemon and checks that it exits 0, leaves no process of ours
+        and logged no sanitizer report (three test points)."""
+        signame = signal.Signals(sig).name
+        daemon_pid = self.proc.pid
+        self.exit_expected = True
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(scaled(timeout))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.tap.ok(False, f"kernelsupd exits after {signame}", f"still running after {scaled(timeout):g}s")
+        else:
+            self.tap.eq(rc, 0, f"kernelsupd exits 0 after {signame}")
+        self.close_notify()
+        self.check_no_leftovers(f"no process left after {signame} to kernelsupd", daemon_pid=daemon_pid)
+        self.check_log()
+
+    # -- leftovers
+
+    def _remember(self, pid):
+        if isinstance(pid, int) and pid > 0 and pid not in self.seen_pids:
+            st = proc_stat(pid)
+            self.seen_pids[pid] = st[4] if st else None
+
+    def remember_pid(self, pid):
+        """Records a pid (a kernel's or one a cell started) to be checked at stop."""
+        self._remember(pid)
+
+    def ours(self, exclude=()):
+        """pids of live processes (zombies included) that belong to this test: pids seen
+        in a status (same start time), members of their process groups, and processes
+        whose command line or environment names our temporary directory."""
+        me = os.getpid()
+        tag = self.tmp + "/"
+        found = set()
+        groups = {p for p, t in self.seen_pids.items() if t is not None}
+        for pid in all_pids():
+            if pid == me or pid in exclude:
+                continue
+            st = proc_stat(pid)
+            if st is None:
+                continue
+            if pid in self.seen_pids and self.seen_pids[pid] == st[4]:
+                found.add(pid)
+            elif st[2] in groups:
+                found.add(pid)
+            elif any(tag in a or a == self.tmp for a in (proc_cmdline(pid) or [])):
+                found.add(pid)
+            else:
+                env = proc_environ(pid)
+                if env is not None and env.get("KS_TEST_TAG") == self.tmp:
+                    found.add(pid)
+        return found
+
+    def leftovers(self, pids=None, daemon_pid=None):
+        """(bad, zombies): of pids (default: ours()), those still there after a short grace
+        period. A zombie whose parent is the daemon is bad (the daemon must reap); a
+        zombie with another parent is only reported (its reaper is not ours: after the
+        daemon exits, its orphans belong to PID 1)."""
+        exclude = (self.proc.pid,) if self.running() else ()
+        parent = daemon_pid if daemon_pid is not None else (self.proc.pid if self.proc else None)
+
+        def classify():
+            bad, zombies = [], []
+            for p in sorted(pids if pids is not None else self.ours(exclude)):
+                st = proc_stat(p)
+                if st is None:
+                    continue
+                (zombies if st[0] == "Z" and st[1] != parent else bad).append(p)
+            return bad, zombies
+
+        with contextlib.suppress(WaitTimeout):
+            wait_until(classify, 5, "processes to go away", check=lambda r: not r[0])
+        return classify()
+
+    def check_no_leftovers(self, name, pids=None, daemon_pid=None):
+        bad, zombies = self.leftovers(pids, daemon_pid)
+        if zombies:
+            self.tap.diag("zombies left to a parent other than kernelsupd (not counted): "
+                          + "; ".join(describe(p) for p in zombies))
+        return self.tap.ok(not bad, name, "left: " + "; ".join(describe(p) for p in bad))
+
+    def check_group_gone(self, pgid, name):
+        """Checks that no process of process group pgid is left."""
+        return self.check_no_leftovers(name, pids=set(group_members(pgid)) | {pgid})
+
+    def check_log(self, name="kernelsupd logged no sanitizer report"):
+        text = self.log()
+        hits = [l for l in text.splitlines() if any(m in l for m in SANITIZER_MARKERS)]
+        return self.tap.ok(not hits, name, "\n".join(hits[:20]))
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log().splitlines()[-n:])
+
+    def print_log_tail(self):
+        if self.log_reported:
+            return
+        self.log_reported = True
+        self.tap.diag(f"---- last 40 lines of {self.log_path}:")
+        self.tap.diag(self.log_tail())
+
+    # -- kernelctl
+
+    def ctl(self, *args, input=None, timeout=30, prefix=(), socket_path=None):
+        """Runs kernelctl --socket SOCK ARGS (text mode, output captured)."""
+        argv = [*prefix, KERNELCTL, "--socket", socket_path or self.socket, *args]
+        try:
+            r = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=scaled(timeout),
+                               stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise WaitTimeout(f"{' '.join(argv)} did not finish in {scaled(timeout):g}s") from e
+        if any(m in r.stderr for m in SANITIZER_MARKERS):
+            self.tap.ok(False, f"kernelctl {' '.join(args)} ran without sanitizer reports", r.stderr[-3000:])
+        return r
+
+    def ctl_json(self, *args, timeout=30):
+        """(exit code, parsed JSON of stdout or None) of kernelctl ARGS --json."""
+        r = self.ctl(*args, "--json", timeout=timeout)
+        self.last_ctl = r
+        try:
+            return r.returncode, json.loads(r.stdout)
+        except ValueError:
+            return r.returncode, None
+
+    def status(self, ctx=None, timeout=30):
+        """The parsed `kernelctl status [CTX] --json`; raises unless it exited 0 or 1 with JSON."""
+        args = ("status",) if ctx is None else ("status", ctx)
+        rc, j = self.ctl_json(*args, timeout=timeout)
+        if rc not in (0, 1) or not isinstance(j, dict) or not isinstance(j.get("contexts"), list):
+            r = self.last_ctl
+            raise HarnessError(f"kernelctl {' '.join(args)} --json: exit {rc}, stdout {r.stdout[:500]!r}, "
+                               f"stderr {r.stderr[:500]!r}")
+        for c in j["contexts"]:
+            if not isinstance(c, dict):
+                continue
+            self._remember(c.get("pid"))
+            if isinstance(c.get("pid"), int):
+                pids = self.pids_of.setdefault(c.get("name"), [])
+                if c["pid"] not in pids:
+                    pids.append(c["pid"])
+            h = self.history.setdefault(c.get("name"), [])
+            if not h or h[-1] != c.get("state"):
+                h.append(c.get("state"))
+        return j
+
+    def context(self, name):
+        for c in self.status(name)["contexts"]:
+            if c.get("name") == name:
+                return c
+        raise HarnessError(f"context {name!r} not in kernelctl status {name}")
+
+    def wait_state(self, name, state, timeout=30):
+        """Polls until context name is in state (a name or a tuple of names); returns its dict."""
+        states = (state,) if isinstance(state, str) else tuple(state)
+        return wait_until(lambda: self.context(name), timeout, f"context {name} to be {'/'.join(states)}",
+                          check=lambda c: c.get("state") in states)
+
+    def wait_context(self, name, check, what, timeout=30):
+        """Polls until check(context dict) holds; returns the dict."""
+        return wait_until(lambda: self.context(name), timeout, f"context {name}: {what}", check=check)
+
+    # -- files
+
+    def connection_info(self, path):
+        with open(path) as f:
+            return json.load(f)
+
+    def ports(self, path):
+        info = self.connection_info(path)
+        return {ch: info.get(f"{ch}_port") for ch in CHANNELS}
+
+    def state_file(self, name):
+        return os.path.join(self.state_dir, "contexts", f"{name}.json")
+
+    def mount_tmpfs(self, path, size="1m"):
+        os.makedirs(path, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", path], check=True,
+                       capture_output=True)
+        self.mounts.append(path)
+
+    # -- cleanup
+
+    def cleanup(self):
+        if self.running():
+            self.proc.kill()
+            self.proc.wait()
+        for p in self.ours():
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
+        self.close_notify()
+        for m in reversed(self.mounts):
+            subprocess.run(["umount", "-l", m], capture_output=True)
+        self.mounts = []
+        if os.environ.get("KS_KEEP_TMP"):
+            self.tap.diag(f"kept {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Jupyter
+
+
+class KernelClient:
+    """A jupyter_client connection made from a connection file, kept across cells
+    (and across a kernel restart on the same ports and key)."""
+
+    def __init__(self, connection_file, timeout=30):
+        from jupyter_client import BlockingKernelClient
+
+        self.kc = BlockingKernelClient()
+        self.kc.load_connection_file(connection_file)
+        self.kc.start_channels()
+        try:
+            self.kc.wait_for_ready(timeout=scaled(timeout))
+        except RuntimeError as e:
+            self.close()
+            raise HarnessError(f"kernel of {connection_file} not ready: {e}") from e
+
+    def close(self):
+        self.kc.stop_channels()
+
+    def _sync(self, deadline):
+        """Sends kernel_info until both its reply (shell) and its idle status (iopub)
+        arrive, so that iopub is connected before a cell's output is published."""
+        while True:
+            msg_id = self.kc.kernel_info()
+            reply = idle = False
+            step_end = min(deadline, time.monotonic() + scaled(1))
+            while time.monotonic() < step_end and not (reply and idle):
+                if not reply:
+                    with contextlib.suppress(queue.Empty):
+                        m = self.kc.get_shell_msg(timeout=0.05)
+                        reply = m["parent_header"].get("msg_id") == msg_id
+                if not idle:
+                    with contextlib.suppress(queue.Empty):
+                        m = self.kc.get_iopub_msg(timeout=0.05)
+                        idle = (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
+                                and m["content"].get("execution_state") == "idle")
+            if reply and idle:
+                return
+            if time.monotonic() >= deadline:
+                raise WaitTimeout("kernel did not answer kernel_info on shell and iopub")
+
+    def run(self, code, timeout=30):
+        """Executes code; returns {"status", "stdout", "stderr", "result", "ename", "evalue"}."""
+        deadline = time.monotonic() + scaled(timeout)
+        self._sync(deadline)
+        msg_id = self.kc.execute(code, allow_stdin=False)
+        res = {"status": None, "stdout": "", "stderr": "", "result": None, "ename": None, "evalue": None}
+        while True:
+            try:
+                m = self.kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise WaitTimeout(f"no idle status for cell {code!r}; so far {res!r}") from None
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            t, c = m["msg_type"], m["content"]
+            if t == "stream":
+                res["stdout" if c.get("name") == "stdout" else "stderr"] += c.get("text", "")
+            elif t == "execute_result":
+                res["result"] = c.get("data", {}).get("text/plain")
+            elif t == "error":
+                res["ename"], res["evalue"] = c.get("ename"), c.get("evalue")
+            elif t == "status" and c.get("execution_state") == "idle":
+                break
+        while True:
+            try:
+                m = self.kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise WaitTimeout(f"no execute_reply for cell {code!r}") from None
+            if m["parent_header"].get("msg_id") == msg_id:
+                res["status"] = m["content"].get("status")
+                res["ename"] = res["ename"] or m["content"].get("ename")
+                return res
+
+
+def run_cell(connection_file, code, timeout=30):
+    """Runs one cell with a new client: {"status", "stdout", "result", "ename", ...}."""
+    kc = KernelClient(connection_file, timeout)
+    try:
+        return kc.run(code, timeout)
+    finally:
+        kc.close()
+
+
+# ---------------------------------------------------------------------------
+# The raw control socket
+
+
+class RawControl:
+    """A plain connection to the control socket, for malformed requests."""
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.s.settimeout(scaled(10))
+        self.s.connect(path)
+        self.buf = b""
+        self.eof = False
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def read_line(self, timeout=10):
+        """One line (without the newline), or None at end of stream / reset."""
+        deadline = time.monotonic() + scaled(timeout)
+        while b"\n" not in self.buf:
+            if self.eof:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(f"no complete line from the control socket; got {self.buf[:200]!r}")
+            self.s.settimeout(left)
+            try:
+                data = self.s.recv(65536)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.eof = True
+            self.buf += data
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+    def request(self, data, timeout=10):
+        """Sends data and returns the next line parsed as JSON (None at end of stream)."""
+        self.send(data)
+        line = self.read_line(timeout)
+        if line is None:
+            return None
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise HarnessError(f"reply is not JSON: {line[:200]!r}") from None
+
+    def wait_closed(self, timeout=10):
+        """True when the daemon closes the connection (lines before that are dropped)."""
+        try:
+            while self.read_line(timeout) is not None:
+                pass
+        except WaitTimeout:
+            return False
+        return True
+
+    def close(self):
+        self.s.close()
+
+
+def send_in_background(sock, data):
+    """sendall in a thread (the peer may stop reading and close); returns the thread,
+    whose .error is the exception the send ended with, if any."""
+
+    def run():
+        try:
+            sock.sendall(data)
+        except OSError as e:
+            t.error = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.error = None
+    t.start()
+    return t
+
+
+def is_rpc_error(reply, code=None):
+    return (isinstance(reply, dict) and reply.get("jsonrpc") == "2.0" and isinstance(reply.get("error"), dict)
+            and isinstance(reply["error"].get("code"), int) and isinstance(reply["error"].get("message"), str)
+            and (code is None or reply["error"]["code"] == code))
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
