@@ -89,7 +89,7 @@ void jupyter_msg_done(JupyterMsg *m) {
         json_decref(m->parent_header);
         json_decref(m->metadata);
         json_decref(m->content);
-        *m = (JupyterMsg) {};
+        *m = (JupyterMsg){};
 }
 
 static const char *object_string(const json_t *o, const char *field) {
@@ -146,7 +146,7 @@ int jupyter_msg_new(const char *msg_type, const char *session, json_t *content, 
         if (!header || !parent || !metadata)
                 return -ENOMEM;
 
-        *ret = (JupyterMsg) {
+        *ret = (JupyterMsg){
                 .header = TAKE_PTR(header),
                 .parent_header = TAKE_PTR(parent),
                 .metadata = TAKE_PTR(metadata),
@@ -160,7 +160,7 @@ void jupyter_frames_done(JupyterFrames *f) {
                 return;
         for (size_t i = 0; i < ELEMENTSOF(f->part); i++)
                 free(f->part[i]);
-        *f = (JupyterFrames) {};
+        *f = (JupyterFrames){};
 }
 
 static inline void jupyter_frames_donep(JupyterFrames *f) {
@@ -197,7 +197,7 @@ int jupyter_msg_serialize(const JupyterMsg *m, const char *key, JupyterFrames *r
         f.len[1] = strlen(sig);
 
         *ret = f;
-        f = (JupyterFrames) {};
+        f = (JupyterFrames){};
         return 0;
 }
 
@@ -236,7 +236,7 @@ int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, c
                 }
         }
 
-        *ret = (JupyterMsg) {
+        *ret = (JupyterMsg){
                 .header = dicts[0],
                 .parent_header = dicts[1],
                 .metadata = dicts[2],
@@ -294,6 +294,7 @@ struct KernelConn {
 };
 
 static void conn_free(KernelConn *c) {
+        explicit_bzero(c->key, sizeof c->key);
         free(c);
 }
 
@@ -375,8 +376,10 @@ static void conn_dispatch(KernelConn *c, size_t idx, zmq_msg_t *parts, size_t n)
         JupyterMsg msg;
         int r;
 
-        if (idx == SOCK_HB)
-                return conn_dispatch_hb(c, parts, n);
+        if (idx == SOCK_HB) {
+                conn_dispatch_hb(c, parts, n);
+                return;
+        }
 
         for (size_t i = 0; i < n; i++) {
                 frames[i] = zmq_msg_data(&parts[i]);

@@ -32,7 +32,9 @@ const char *jupyter_msg_parent_id(const JupyterMsg *m);
  * ISO date, version 5.3), empty parent and metadata. content is stolen (NULL: {}). */
 int jupyter_msg_new(const char *msg_type, const char *session, json_t *content, JupyterMsg *ret);
 
-/* hex HMAC-SHA256 over header, parent_header, metadata and content, as sent. */
+/* hex HMAC-SHA256 over header, parent_header, metadata and content, as sent.
+ * On an OpenSSL failure (memory exhaustion only) ret_hex is "", which fails
+ * closed: a peer with a key rejects the message. */
 void jupyter_sign(const char *key, const char *const parts[4], const size_t lens[4], char ret_hex[65]);
 
 /* The frames after the routing identities: delimiter, signature, header,
@@ -67,16 +69,26 @@ typedef struct KernelConnCallbacks {
 /* Connects (libzmq connects lazily and retries on its own) to the kernel at
  * ci. zmq_ctx is the daemon's one context. Callbacks run from the loop,
  * never from inside a kernel_conn_* call. Messages that fail verification
- * are dropped (and counted). */
+ * are dropped (and counted). -EINVAL for a bad ip or a zero port. On a
+ * failure after handles were set up, their memory is freed by the loop.
+ * Requests sent before the kernel listens are queued and delivered when the
+ * connection comes up; make a new KernelConn for each kernel launch, so a
+ * queued request never reaches a different kernel. iopub only delivers once
+ * the SUB's subscription has reached the kernel: as jupyter_client does,
+ * repeat kernel_info_request until an iopub message arrives before relying
+ * on iopub output. */
 int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, const KernelConnCallbacks *cb,
                     void *userdata, KernelConn **ret);
 
 /* Sends a request on CHANNEL_SHELL or CHANNEL_CONTROL. content is stolen.
  * ret_msg_id (37 bytes), when not NULL, receives the request's msg_id to
- * match replies and iopub messages by parent id. */
+ * match replies and iopub messages by parent id. Never blocks: -EAGAIN when
+ * the queue is full, -EINVAL for another channel or a non-object content,
+ * -ESHUTDOWN after kernel_conn_close (from a callback of this connection). */
 int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
 
-/* Sends one heartbeat ping; on_hb fires when it comes back. */
+/* Sends one heartbeat ping; on_hb fires when it comes back. Only the latest
+ * ping counts: echoes of older ones are ignored. -EAGAIN when the queue is full. */
 int kernel_conn_ping(KernelConn *c);
 
 /* Counts of messages dropped for a bad signature or a bad format. */
