@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ini.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,7 @@ typedef enum ValueType {
         VALUE_BOOL,
         VALUE_USEC,
         VALUE_UNSIGNED,
+        VALUE_SIZE,
         VALUE_RESTART,
         VALUE_PORTS,
 } ValueType;
@@ -391,7 +393,49 @@ static int parse_duration_positive(const char *value, void *data, const char **r
         return 0;
 }
 
-static int parse_start_limit_burst(const char *value, void *data, const char **ret_reason) {
+/* "no" (never: 0), or a positive duration. */
+static int parse_duration_or_no(const char *value, void *data, const char **ret_reason) {
+        if (strcasecmp(value, "no") == 0 || strcasecmp(value, "off") == 0) {
+                *(usec_t *) data = 0;
+                return 0;
+        }
+        if (parse_duration_positive(value, data, ret_reason) < 0) {
+                *ret_reason = "expected no, or a duration such as 30s or 5min";
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* Bytes, with an optional K, M or G suffix (powers of 1024): "10M". At least 1 KiB, at most 1 GiB. */
+static int parse_size(const char *value, void *data, const char **ret_reason) {
+        static const struct {
+                const char *suffix;
+                unsigned long long mult;
+        } units[] = { { "", 1 }, { "K", 1024 }, { "M", 1024 * 1024 }, { "G", 1024 * 1024 * 1024 } };
+        unsigned long long v;
+        char digits[32];
+        size_t n = strspn(value, "0123456789");
+
+        if (n == 0 || n >= sizeof digits)
+                goto bad;
+        memcpy(digits, value, n);
+        digits[n] = '\0';
+        for (size_t i = 0; i < ELEMENTSOF(units); i++) {
+                if (strcasecmp(value + n, units[i].suffix) != 0 || parse_uint(digits, 0, ULLONG_MAX, &v) < 0)
+                        continue;
+                if (v > (1ULL << 30) / units[i].mult || v * units[i].mult < 1024) {
+                        *ret_reason = "must be from 1K to 1G";
+                        return -EINVAL;
+                }
+                *(size_t *) data = (size_t) (v * units[i].mult);
+                return 0;
+        }
+bad:
+        *ret_reason = "expected a size such as 512K or 10M";
+        return -EINVAL;
+}
+
+static int parse_count(const char *value, void *data, const char **ret_reason) {
         unsigned long long v;
 
         if (parse_uint(value, 1, 1000, &v) < 0) {
@@ -424,6 +468,10 @@ enum {
         KEY_BACKOFF_MIN,
         KEY_BACKOFF_MAX,
         KEY_BACKOFF_RESET,
+        KEY_HEARTBEAT_INTERVAL,
+        KEY_HEARTBEAT_MISSES,
+        KEY_UNRESPONSIVE_RESTART,
+        KEY_OUTPUT_LIMIT,
         _KEY_MAX,
 };
 
@@ -449,13 +497,20 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_START_TIMEOUT] = CONTEXT_KEY("start_timeout", parse_duration_positive, start_timeout, VALUE_USEC),
         [KEY_STOP_TIMEOUT] = CONTEXT_KEY("stop_timeout", parse_duration_positive, stop_timeout, VALUE_USEC),
         [KEY_START_LIMIT_BURST] =
-                CONTEXT_KEY("start_limit_burst", parse_start_limit_burst, start_limit_burst, VALUE_UNSIGNED),
+                CONTEXT_KEY("start_limit_burst", parse_count, start_limit_burst, VALUE_UNSIGNED),
         [KEY_START_LIMIT_INTERVAL] =
                 CONTEXT_KEY("start_limit_interval", parse_duration_positive, start_limit_interval, VALUE_USEC),
         [KEY_FAILED_COOLDOWN] = CONTEXT_KEY("failed_cooldown", parse_duration_positive, failed_cooldown, VALUE_USEC),
         [KEY_BACKOFF_MIN] = CONTEXT_KEY("backoff_min", parse_duration_positive, backoff_min, VALUE_USEC),
         [KEY_BACKOFF_MAX] = CONTEXT_KEY("backoff_max", parse_duration_positive, backoff_max, VALUE_USEC),
         [KEY_BACKOFF_RESET] = CONTEXT_KEY("backoff_reset", parse_duration_positive, backoff_reset, VALUE_USEC),
+        [KEY_HEARTBEAT_INTERVAL] =
+                CONTEXT_KEY("heartbeat_interval", parse_duration_positive, heartbeat_interval, VALUE_USEC),
+        [KEY_HEARTBEAT_MISSES] =
+                CONTEXT_KEY("heartbeat_misses", parse_count, heartbeat_misses, VALUE_UNSIGNED),
+        [KEY_UNRESPONSIVE_RESTART] =
+                CONTEXT_KEY("unresponsive_restart", parse_duration_or_no, unresponsive_restart, VALUE_USEC),
+        [KEY_OUTPUT_LIMIT] = CONTEXT_KEY("output_limit", parse_size, output_limit, VALUE_SIZE),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -475,6 +530,8 @@ static size_t value_size(ValueType t) {
                 return sizeof(usec_t);
         case VALUE_UNSIGNED:
                 return sizeof(unsigned);
+        case VALUE_SIZE:
+                return sizeof(size_t);
         case VALUE_RESTART:
                 return sizeof(RestartPolicy);
         default:
@@ -494,6 +551,10 @@ static void context_config_init(ContextConfig *cc) {
                 .backoff_min = 100 * USEC_PER_MSEC,
                 .backoff_max = 30 * USEC_PER_SEC,
                 .backoff_reset = 10 * USEC_PER_SEC,
+                .heartbeat_interval = 5 * USEC_PER_SEC,
+                .heartbeat_misses = 3,
+                .unresponsive_restart = 0,
+                .output_limit = 10 * 1024 * 1024,
         };
 }
 

@@ -43,6 +43,10 @@ typedef struct ContextConfig {
         usec_t failed_cooldown;      /* failed is retried after this; default 5 min */
         usec_t backoff_min, backoff_max; /* default 100 ms, 30 s */
         usec_t backoff_reset;   /* ready this long resets the backoff; default 10 s */
+        usec_t heartbeat_interval;   /* heartbeat ping period while running; default 5 s */
+        unsigned heartbeat_misses;   /* this many unanswered pings make it unresponsive; default 3 */
+        usec_t unresponsive_restart; /* restart after unresponsive this long; 0 (default): never */
+        size_t output_limit;         /* bytes of output kept per cell; default 10 MiB */
 } ContextConfig;
 
 typedef struct Config {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "cgroup.h"
 #include "connfile.h"
 #include "context.h"
 #include "jupyter.h"
@@ -22,8 +23,10 @@
 /* How often an unanswered kernel_info_request is sent again while starting:
  * a request sent before the kernel bound its shell port is queued by libzmq
  * and delivered on connect, but one that reached a dying earlier process is
- * lost. */
-#define KERNEL_INFO_RESEND_MSEC 2000
+ * lost; and until an iopub message arrives the SUB socket may not be
+ * subscribed yet, so a reply alone does not make the kernel ready (each
+ * request makes the kernel publish its busy/idle status). */
+#define KERNEL_INFO_RESEND_MSEC 250
 
 struct Context {
         Supervisor *sup;
@@ -43,10 +46,19 @@ struct Context {
         uv_poll_t *pid_poll;    /* NULL when none; freed in its close callback */
         KernelConn *conn;
         bool deadline_hit;      /* the start deadline killed it */
+        bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
+        bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
+        uint64_t oom_base;      /* the memory cgroup's oom_kill count at launch */
+        bool oom_known;
         char *pending_error;    /* why the current launch failed, set before its exit */
 
         uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
         uv_timer_t info_timer;  /* kernel_info resend while starting; backoff reset while ready */
+        uv_timer_t hb_timer;    /* heartbeat pings while running */
+        bool hb_outstanding;    /* a ping has not come back yet */
+        unsigned hb_missed;     /* consecutive pings that did not come back within an interval */
+        uint64_t hb_answers;    /* pings answered, ever */
+        usec_t unresponsive_since; /* CLOCK_MONOTONIC */
         int stop_phase;         /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
         unsigned failures;      /* consecutive, for the backoff */
         StartLimit limit;
@@ -114,6 +126,8 @@ static void context_save(Context *c) {
 }
 
 static void context_launch(Context *c);
+static void deadline_cb(uv_timer_t *t);
+static void stop_timer_cb(uv_timer_t *t);
 
 /* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
 
@@ -197,17 +211,114 @@ static int out_pipe_open(Context *c) {
 
 static void context_became_ready(Context *c);
 
+static void context_check_started(Context *c) {
+        if (c->state == CONTEXT_STARTING && c->got_info && c->got_iopub)
+                context_became_ready(c);
+}
+
 static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
 
-        if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply") &&
-            c->state == CONTEXT_STARTING)
-                context_became_ready(c);
+        if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply")) {
+                c->got_info = true;
+                context_check_started(c);
+        }
+}
+
+static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdata) {
+        Context *c = userdata;
+
+        c->got_iopub = true;
+        context_check_started(c);
+}
+
+static void conn_on_hb(KernelConn *conn, void *userdata) {
+        Context *c = userdata;
+
+        c->hb_outstanding = false;
+        c->hb_missed = 0;
+        c->hb_answers++;
+        if (c->state == CONTEXT_UNRESPONSIVE) {
+                log_notice("%s: kernel %s answers its heartbeat again", c->name, c->st.kernel_id);
+                context_set_state(c, CONTEXT_READY);
+        }
+        supervisor_context_heartbeat(c->sup, c);
 }
 
 static const KernelConnCallbacks conn_callbacks = {
         .on_reply = conn_on_reply,
+        .on_iopub = conn_on_iopub,
+        .on_hb = conn_on_hb,
 };
+
+/* ---- Heartbeat ---- */
+
+static void hb_timer_cb(uv_timer_t *t) {
+        Context *c = t->data;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+        char d[32];
+
+        if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE)
+                return;
+        /* After a freeze every timer fires at once: that is no silence of the kernel. */
+        if (supervisor_clock_check(c->sup))
+                return;
+        if (c->hb_outstanding && ++c->hb_missed >= c->cfg->heartbeat_misses && c->state != CONTEXT_UNRESPONSIVE) {
+                log_warning("%s: kernel %s missed %u heartbeats; unresponsive", c->name, c->st.kernel_id,
+                            c->hb_missed);
+                c->unresponsive_since = now;
+                context_set_state(c, CONTEXT_UNRESPONSIVE);
+        }
+        if (c->state == CONTEXT_UNRESPONSIVE && c->cfg->unresponsive_restart &&
+            now - c->unresponsive_since >= c->cfg->unresponsive_restart) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "unresponsive for %s; restarted (unresponsive_restart)",
+                         format_duration(d, sizeof d, now - c->unresponsive_since));
+                log_warning("%s: kernel %s %s", c->name, c->st.kernel_id, msg);
+                context_set_error(c, msg);
+                context_restart(c);
+                return;
+        }
+        if (c->conn && kernel_conn_ping(c->conn) >= 0)
+                c->hb_outstanding = true;
+}
+
+static void context_hb_start(Context *c) {
+        uint64_t ms = c->cfg->heartbeat_interval / USEC_PER_MSEC ?: 1;
+
+        c->hb_outstanding = false;
+        c->hb_missed = 0;
+        uv_timer_start(&c->hb_timer, hb_timer_cb, ms, ms);
+}
+
+int context_probe(Context *c, uint64_t *ret_answers) {
+        int r;
+
+        if (!c->conn || (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE))
+                return -ESRCH;
+        r = kernel_conn_ping(c->conn);
+        if (r < 0)
+                return r;
+        c->hb_outstanding = true;
+        *ret_answers = c->hb_answers;
+        return 0;
+}
+
+uint64_t context_hb_answers(const Context *c) {
+        return c->hb_answers;
+}
+
+void context_resumed(Context *c) {
+        /* The deadlines restart from now: the frozen time was nobody's fault. */
+        c->hb_missed = 0;
+        c->hb_outstanding = false;
+        if (c->state == CONTEXT_STARTING)
+                uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
+        else if (c->state == CONTEXT_STOPPING && c->stop_phase < 2)
+                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+        else if (c->state == CONTEXT_UNRESPONSIVE)
+                c->unresponsive_since = now_usec(CLOCK_MONOTONIC);
+}
 
 static void send_kernel_info(Context *c) {
         int r = kernel_conn_send(c->conn, CHANNEL_SHELL, "kernel_info_request", json_object(), NULL);
@@ -219,8 +330,11 @@ static void send_kernel_info(Context *c) {
 static void info_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
-        if (c->state == CONTEXT_STARTING && c->conn)
+        if (c->state == CONTEXT_STARTING && c->conn) {
+                /* Once the kernel has answered, only the iopub subscription is missing:
+                 * each request makes it publish again. */
                 send_kernel_info(c);
+        }
         else if (c->state == CONTEXT_READY || c->state == CONTEXT_BUSY) {
                 /* Ready long enough: the next failure starts the backoff from the beginning. */
                 c->failures = 0;
@@ -238,9 +352,15 @@ static void context_became_ready(Context *c) {
         free(c->pending_error);
         c->pending_error = NULL;
         context_save(c);
-        log_info("%s: kernel %s ready (pid %d, incarnation %llu, %s after launch)", c->name, c->st.kernel_id,
-                 (int) c->pid, (unsigned long long) c->st.incarnation,
-                 format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
+        if (c->adopting)
+                log_info("%s: adopted kernel %s (pid %d, incarnation %llu): it answers, its namespace is kept",
+                         c->name, c->st.kernel_id, (int) c->pid, (unsigned long long) c->st.incarnation);
+        else
+                log_info("%s: kernel %s ready (pid %d, incarnation %llu, %s after launch)", c->name, c->st.kernel_id,
+                         (int) c->pid, (unsigned long long) c->st.incarnation,
+                         format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
+        c->adopting = false;
+        context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
 }
 
@@ -251,7 +371,11 @@ static void pid_poll_close_cb(uv_handle_t *h) {
 }
 
 static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
-        if (e->signal) {
+        if (e->unknown)
+                snprintf(buf, size, "ended (the exit status of an adopted kernel is not ours to see)");
+        else if (e->oom)
+                snprintf(buf, size, "killed by the OOM killer (SIGKILL)");
+        else if (e->signal) {
                 const char *abbrev = sigabbrev_np(e->signal);
                 if (abbrev)
                         snprintf(buf, size, "killed by SIG%s", abbrev);
@@ -277,18 +401,24 @@ static void context_handle_exit(Context *c) {
         if (waitid(P_PIDFD, (id_t) c->pidfd, &si, WEXITED | WNOHANG) < 0) {
                 if (errno != ECHILD)
                         return;
-                /* Not our child (adopted): the pidfd says it is gone, its status is not ours. */
-                si.si_code = CLD_KILLED;
-                si.si_status = 0;
+                /* Not our child (adopted): the pidfd says it is gone, its status is not ours to read. */
+                c->st.last_exit = (ExitInfo){ .valid = true, .unknown = true, .at = now_usec(CLOCK_REALTIME) };
+                si.si_pid = c->pid;
         } else if (si.si_pid == 0)
                 return; /* not exited yet */
-
-        c->st.last_exit = (ExitInfo){
-                .valid = true,
-                .code = si.si_code == CLD_EXITED ? si.si_status : 0,
-                .signal = si.si_code == CLD_EXITED ? 0 : si.si_status,
-                .at = now_usec(CLOCK_REALTIME),
-        };
+        else
+                c->st.last_exit = (ExitInfo){
+                        .valid = true,
+                        .code = si.si_code == CLD_EXITED ? si.si_status : 0,
+                        .signal = si.si_code == CLD_EXITED ? 0 : si.si_status,
+                        .at = now_usec(CLOCK_REALTIME),
+                };
+        if (c->st.last_exit.signal == SIGKILL && c->oom_known) {
+                uint64_t n;
+                /* The group is gone, but the cgroup is ours too: its counter says whether the OOM killer did it. */
+                if (cgroup_oom_kills(getpid(), &n) >= 0 && n > c->oom_base)
+                        c->st.last_exit.oom = true;
+        }
         describe_exit(&c->st.last_exit, what, sizeof what);
 
         uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
@@ -303,6 +433,8 @@ static void context_handle_exit(Context *c) {
         }
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
+        uv_timer_stop(&c->hb_timer);
+        c->adopting = false;
 
         if (was == CONTEXT_STOPPING) {
                 log_info("%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
@@ -397,7 +529,10 @@ static void deadline_cb(uv_timer_t *t) {
 
         if (c->state != CONTEXT_STARTING || c->pid <= 0)
                 return;
-        snprintf(msg, sizeof msg, "did not answer kernel_info within start_timeout (%s); killed",
+        if (supervisor_clock_check(c->sup))
+                return; /* a freeze, not a hang: context_resumed() re-armed the deadline */
+        snprintf(msg, sizeof msg, "%s within start_timeout (%s); killed",
+                 c->adopting ? "the adopted kernel did not answer kernel_info" : "did not answer kernel_info",
                  format_duration(d, sizeof d, c->cfg->start_timeout));
         free(c->pending_error);
         c->pending_error = strdup(msg);
@@ -504,6 +639,7 @@ static void context_launch(Context *c) {
 
         uv_timer_stop(&c->timer);
         c->deadline_hit = false;
+        c->got_info = c->got_iopub = false;
         free(c->pending_error);
         c->pending_error = NULL;
 
@@ -565,6 +701,7 @@ static void context_launch(Context *c) {
         }
 
         c->st.pid = c->pid;
+        c->oom_known = cgroup_oom_kills(c->pid, &c->oom_base) >= 0;
         (void) proc_pid_starttime(c->pid, &c->st.pid_starttime);
         memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
         c->st.started_at = now_usec(CLOCK_REALTIME);
@@ -609,6 +746,8 @@ static void stop_timer_cb(uv_timer_t *t) {
 
         if (c->state != CONTEXT_STOPPING || c->pid <= 0)
                 return;
+        if (supervisor_clock_check(c->sup))
+                return;
         if (c->stop_phase == 0) {
                 log_info("%s: kernel did not stop on shutdown_request; sending SIGTERM", c->name);
                 (void) kill(-c->pid, SIGTERM);
@@ -624,6 +763,7 @@ static void stop_timer_cb(uv_timer_t *t) {
 static void context_begin_stop(Context *c) {
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
+        uv_timer_stop(&c->hb_timer);
         switch (c->state) {
         case CONTEXT_STARTING:
         case CONTEXT_READY:
@@ -711,30 +851,98 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
 
         uv_timer_init(s->loop, &c->timer);
         uv_timer_init(s->loop, &c->info_timer);
-        c->timer.data = c->info_timer.data = c;
+        uv_timer_init(s->loop, &c->hb_timer);
+        c->timer.data = c->info_timer.data = c->hb_timer.data = c;
         *ret = c;
         return 0;
 }
 
-int context_end_leftover(Context *c) {
-        uint64_t start;
-        _cleanup_close_ int fd = -1;
+/* Ends a process we will not adopt but must not leave running on the context's ports. */
+static void end_process(pid_t pid, int pidfd) {
+        if (getpgid(pid) == pid)
+                (void) kill(-pid, SIGKILL);
+        else
+                (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
+        /* A pidfd turns readable when the process has exited. */
+        (void) poll(&(struct pollfd){ .fd = pidfd, .events = POLLIN }, 1, 5000);
+}
 
-        if (c->st.pid <= 0 || !streq(c->st.boot_id, c->sup->sstate.boot_id))
+int context_adopt(Context *c, char **ret_reason) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_close_ int fd = -1;
+        pid_t pid = c->st.pid;
+        uint64_t start;
+        int r;
+
+        if (pid <= 0)
                 return 0;
-        /* A pid from this boot whose start time differs is another process now. */
-        if (proc_pid_starttime(c->st.pid, &start) < 0 || start != c->st.pid_starttime)
+        c->st.pid = 0;
+        /* Another boot: that process died with it (a cold boot). */
+        if (!streq(c->st.boot_id, c->sup->sstate.boot_id))
                 return 0;
-        fd = pidfd_open(c->st.pid, 0);
+        if (proc_pid_starttime(pid, &start) < 0)
+                return 0;
+        /* A pid of this boot whose start time differs is another process now: never touch it. */
+        if (start != c->st.pid_starttime) {
+                if (asprintf(ret_reason, "pid %d is another process now (start time differs); not adopted", (int) pid) < 0)
+                        *ret_reason = NULL;
+                return 0;
+        }
+        fd = pidfd_open(pid, 0);
         if (fd < 0)
                 return 0;
-        if (getpgid(c->st.pid) == c->st.pid)
-                (void) kill(-c->st.pid, SIGKILL);
-        else
-                (void) pidfd_send_signal(fd, SIGKILL, NULL, 0);
-        /* A pidfd turns readable when the process has exited. */
-        (void) poll(&(struct pollfd){ .fd = fd, .events = POLLIN }, 1, 5000);
-        c->st.pid = 0;
+        /* Our kernels lead their own process group, and we must know their ports and key. */
+        if (getpgid(pid) != pid || !c->st.has_conn) {
+                end_process(pid, fd);
+                if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
+                             !c->st.has_conn ? "its ports and key are not in the state" : "it no longer leads its process group") < 0)
+                        *ret_reason = NULL;
+                return -EPERM;
+        }
+        r = spawn_user_resolve(c->cfg->user, c->cfg->group, &c->user, &err);
+        if (r < 0) {
+                end_process(pid, fd);
+                if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
+                             err ?: "cannot resolve its user") < 0)
+                        *ret_reason = NULL;
+                return r;
+        }
+        c->user_resolved = true;
+
+        c->pid_poll = malloc(sizeof(uv_poll_t));
+        if (!c->pid_poll || uv_poll_init(c->sup->loop, c->pid_poll, fd) < 0) {
+                free(c->pid_poll);
+                c->pid_poll = NULL;
+                end_process(pid, fd);
+                return -ENOMEM;
+        }
+        c->pid = pid;
+        c->st.pid = pid;
+        c->pidfd = TAKE_FD(fd);
+        c->pid_poll->data = c;
+        uv_poll_start(c->pid_poll, UV_READABLE, pid_poll_cb);
+        c->want_running = true;
+        c->adopting = true;
+        c->got_info = c->got_iopub = false;
+        c->oom_known = cgroup_oom_kills(pid, &c->oom_base) >= 0;
+        /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
+        r = connection_file_write(c->cfg->connection_file, &c->st.conn, c->user.change ? c->user.uid : (uid_t) -1,
+                                  c->user.change ? c->user.gid : (gid_t) -1);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to rewrite %s: %m", c->name, c->cfg->connection_file);
+        context_save(c);
+        log_info("%s: adopting kernel %s (pid %d, incarnation %llu) left by an earlier kernelsupd", c->name,
+                 c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
+        context_set_state(c, CONTEXT_STARTING);
+        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, &conn_callbacks, c, &c->conn);
+        if (r < 0) {
+                c->pending_error = strdup("cannot connect to the adopted kernel's ports");
+                (void) kill(-pid, SIGKILL);
+                return 1;
+        }
+        send_kernel_info(c);
+        uv_timer_start(&c->info_timer, info_timer_cb, KERNEL_INFO_RESEND_MSEC, KERNEL_INFO_RESEND_MSEC);
+        uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         return 1;
 }
 
@@ -759,9 +967,10 @@ void context_free(Context *c) {
                 uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
         if (c->pidfd >= 0)
                 close(c->pidfd);
-        c->n_open_handles = 2;
+        c->n_open_handles = 3;
         uv_close((uv_handle_t *) &c->timer, context_timer_close_cb);
         uv_close((uv_handle_t *) &c->info_timer, context_timer_close_cb);
+        uv_close((uv_handle_t *) &c->hb_timer, context_timer_close_cb);
 }
 
 /* ---- Status ---- */
@@ -785,7 +994,9 @@ json_t *context_to_json(const Context *c) {
                 else
                         snprintf(sig, sizeof sig, "%d", c->st.last_exit.signal);
                 last_exit = json_pack("{s:o, s:o, s:b, s:o}", "code",
-                                      c->st.last_exit.signal ? json_null() : json_integer(c->st.last_exit.code),
+                                      c->st.last_exit.signal || c->st.last_exit.unknown
+                                              ? json_null()
+                                              : json_integer(c->st.last_exit.code),
                                       "signal", c->st.last_exit.signal ? json_string(sig) : json_null(), "oom",
                                       c->st.last_exit.oom, "at", json_timestamp(c->st.last_exit.at));
         }

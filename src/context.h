@@ -21,10 +21,22 @@ typedef struct Context Context;
  * so). Does not start anything. */
 int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **ret_warning);
 
-/* Ends a kernel left by an earlier daemon of this boot (recorded pid alive
- * with the recorded start time), with its whole process group, before its
- * ports are reused. Blocks up to a few seconds. Returns 1 when one was ended. */
-int context_end_leftover(Context *c);
+/* Adopts the kernel an earlier daemon of this boot left running: the
+ * recorded pid alive with the recorded start time (a reused pid is never
+ * touched), leading its own process group, its ports and key known. It is
+ * watched through a pidfd and checked with kernel_info; it keeps its
+ * kernel_id and incarnation. Returns 1 when adopting, 0 when there was
+ * nothing to adopt (*ret_reason may say why), and -errno when a process had
+ * to be ended instead (*ret_reason says why). */
+int context_adopt(Context *c, char **ret_reason);
+
+/* A live probe: sends a heartbeat ping now. The kernel answered it once
+ * context_hb_answers() exceeds *ret_answers. -ESRCH when not running. */
+int context_probe(Context *c, uint64_t *ret_answers);
+uint64_t context_hb_answers(const Context *c);
+
+/* The sandbox was frozen: restart the deadlines from now. */
+void context_resumed(Context *c);
 
 void context_start(Context *c);    /* want it running: launch now unless running */
 void context_stop(Context *c);     /* want it stopped: shutdown_request, SIGTERM, SIGKILL */

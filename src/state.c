@@ -269,8 +269,10 @@ static json_t *json_uint(uint64_t v) {
 static json_t *exit_info_to_json(const ExitInfo *e) {
         if (!e->valid)
                 return json_null();
-        return json_pack("{s:o, s:o, s:b, s:o}", "code", e->signal != 0 ? json_null() : json_integer(e->code),
-                         "signal", e->signal != 0 ? json_integer(e->signal) : json_null(), "oom", (int) e->oom, "at",
+        /* Both null: it ended in a way we could not see. */
+        return json_pack("{s:o, s:o, s:b, s:o}", "code",
+                         e->signal != 0 || e->unknown ? json_null() : json_integer(e->code), "signal",
+                         e->signal != 0 ? json_integer(e->signal) : json_null(), "oom", (int) e->oom, "at",
                          json_uint(e->at));
 }
 
@@ -332,12 +334,14 @@ static int exit_info_from_json(const json_t *j, ExitInfo *ret) {
         if (!json_is_object(j))
                 return -EBADMSG;
 
-        /* Exactly one of code and signal says how the process ended. */
+        /* At most one of code and signal says how the process ended; neither: unknown. */
         code = json_object_get(j, "code");
         sig = json_object_get(j, "signal");
         if (!code || !sig)
                 return -EBADMSG;
-        if (json_is_null(sig)) {
+        if (json_is_null(sig) && json_is_null(code))
+                e.unknown = true;
+        else if (json_is_null(sig)) {
                 r = json_get_uint(j, "code", 255, &u);
                 if (r < 0)
                         return r;

@@ -35,6 +35,7 @@ typedef struct ExitInfo {
         int code;          /* exit status, when signal == 0 */
         int signal;        /* terminating signal, or 0 */
         bool oom;          /* killed by the OOM killer, when the system told */
+        bool unknown;      /* it ended, but how is not ours to know (an adopted kernel is not our child) */
         usec_t at;         /* CLOCK_REALTIME */
 } ExitInfo;
 

@@ -20,14 +20,22 @@
  * this much later everything left is killed. */
 #define SHUTDOWN_GRACE_MSEC 5000
 
-/* A control request waiting for a context to reach a state. */
-typedef enum WaitFor { WAIT_READY, WAIT_STOPPED } WaitFor;
+/* A control request waiting for something to happen. */
+typedef enum WaitFor {
+        WAIT_READY,   /* start, restart: the context ready (or failing) */
+        WAIT_STOPPED, /* stop */
+        WAIT_PROBE,   /* check: ready, then a heartbeat answered after we asked */
+        WAIT_ALL,     /* wait: every named context ready */
+} WaitFor;
 typedef struct Waiter {
         struct Waiter *next;
         Supervisor *sup;
         ControlRequest *req;
-        Context *ctx;
+        Context *ctx;          /* NULL for WAIT_ALL */
+        json_t *names;         /* WAIT_ALL: the contexts, an array of strings */
         WaitFor want;
+        bool probing;          /* WAIT_PROBE: a ping is out */
+        uint64_t hb_base;
         uv_timer_t timer;
 } Waiter;
 
@@ -120,8 +128,14 @@ static void supervisor_check_shutdown(Supervisor *s) {
 
 /* ---- Waiters ---- */
 
+static json_t *supervisor_to_json(Supervisor *s);
+static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *peer);
+
 static void waiter_close_cb(uv_handle_t *h) {
-        free(h->data);
+        Waiter *w = h->data;
+
+        json_decref(w->names);
+        free(w);
 }
 
 static void waiter_free(Waiter *w) {
@@ -135,25 +149,43 @@ static void waiter_free(Waiter *w) {
         uv_close((uv_handle_t *) &w->timer, waiter_close_cb);
 }
 
+/* Answers w (result, or an error when code != 0) and frees it. The request
+ * is freed by its answer: no cancel may fire after it. */
+static void waiter_answer(Waiter *w, int code, json_t *data_or_result, const char *message) {
+        control_request_set_cancel(w->req, NULL, NULL);
+        if (code)
+                control_request_error(w->req, code, data_or_result, "%s", message);
+        else
+                control_request_reply(w->req, data_or_result);
+        waiter_free(w);
+}
+
 static void waiter_timeout_cb(uv_timer_t *t) {
         Waiter *w = t->data;
+        char msg[512];
 
-        control_request_error(w->req, KS_ERR_TIMEOUT, NULL, "%s: not %s within the timeout (state %s)",
-                              context_name(w->ctx), w->want == WAIT_READY ? "ready" : "stopped",
-                              context_state_to_string(context_state(w->ctx)));
-        waiter_free(w);
+        if (w->want == WAIT_ALL) {
+                waiter_answer(w, KS_ERR_TIMEOUT, status_result(w->sup, w->names, control_request_peer(w->req)),
+                              "not every context was ready within the timeout");
+                return;
+        }
+        snprintf(msg, sizeof msg, "%s: not %s within the timeout (state %s%s%s)", context_name(w->ctx),
+                 w->want == WAIT_STOPPED ? "stopped" : w->want == WAIT_PROBE && w->probing ? "answering" : "ready",
+                 context_state_to_string(context_state(w->ctx)), context_last_error(w->ctx) ? ": " : "",
+                 context_last_error(w->ctx) ?: "");
+        waiter_answer(w, KS_ERR_TIMEOUT, json_pack("{s:o}", "context", context_to_json(w->ctx)), msg);
 }
 
 static void waiter_cancel_cb(ControlRequest *req, void *data) {
         waiter_free(data);
 }
 
-static void waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor want, double timeout) {
+static Waiter *waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor want, double timeout) {
         Waiter *w = calloc(1, sizeof *w);
 
         if (!w) {
                 control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-                return;
+                return NULL;
         }
         *w = (Waiter){ .next = s->waiters, .sup = s, .req = req, .ctx = c, .want = want };
         s->waiters = w;
@@ -161,35 +193,77 @@ static void waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor w
         w->timer.data = w;
         uv_timer_start(&w->timer, waiter_timeout_cb, (uint64_t) (timeout * 1000), 0);
         control_request_set_cancel(req, waiter_cancel_cb, w);
+        return w;
 }
 
-static bool waiter_done(const Waiter *w, ContextStateKind st) {
-        if (w->want == WAIT_STOPPED)
-                return st == CONTEXT_STOPPED;
-        return st == CONTEXT_READY || st == CONTEXT_BUSY || st == CONTEXT_BACKOFF || st == CONTEXT_FAILED ||
-               st == CONTEXT_STOPPED;
+static bool state_is_up(ContextStateKind st) {
+        return st == CONTEXT_READY || st == CONTEXT_BUSY;
 }
 
-/* Answers the waiters of c whose wait is over. */
+/* Moves w on if the state of its context(s) allows; may answer and free it. */
+static void waiter_step(Supervisor *s, Waiter *w) {
+        ContextStateKind st = w->ctx ? context_state(w->ctx) : CONTEXT_STOPPED;
+        char msg[512];
+
+        switch (w->want) {
+        case WAIT_STOPPED:
+                if (st == CONTEXT_STOPPED)
+                        waiter_answer(w, 0, context_to_json(w->ctx), NULL);
+                return;
+        case WAIT_READY:
+                if (state_is_up(st))
+                        waiter_answer(w, 0, context_to_json(w->ctx), NULL);
+                else if (st == CONTEXT_BACKOFF || st == CONTEXT_FAILED || st == CONTEXT_STOPPED) {
+                        snprintf(msg, sizeof msg, "%s: %s (state %s)", context_name(w->ctx),
+                                 context_last_error(w->ctx) ?: "did not start", context_state_to_string(st));
+                        waiter_answer(w, KS_ERR_FAILED, context_to_json(w->ctx), msg);
+                }
+                return;
+        case WAIT_PROBE:
+                /* A kernel that died while probed is waited for again: the verdict names its successor. */
+                if (!state_is_up(st) && st != CONTEXT_UNRESPONSIVE)
+                        w->probing = false;
+                else if (!w->probing && context_probe(w->ctx, &w->hb_base) >= 0)
+                        w->probing = true;
+                else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
+                        waiter_answer(w, 0,
+                                      json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "context",
+                                                context_to_json(w->ctx)),
+                                      NULL);
+                return;
+        case WAIT_ALL: {
+                size_t i;
+                json_t *v;
+                json_array_foreach(w->names, i, v) {
+                        for (size_t k = 0; k < s->n_contexts; k++)
+                                if (streq(context_name(s->contexts[k]), json_string_value(v)) &&
+                                    !state_is_up(context_state(s->contexts[k])))
+                                        return;
+                }
+                waiter_answer(w, 0, status_result(s, w->names, control_request_peer(w->req)), NULL);
+                return;
+        }
+        }
+}
+
+/* Moves on the waiters that c (NULL: any) concerns. */
 static void waiters_check(Supervisor *s, Context *c) {
-        ContextStateKind st = context_state(c);
         Waiter *w, *next;
 
         for (w = s->waiters; w; w = next) {
                 next = w->next;
-                if (w->ctx != c)
-                        continue;
-                if (!waiter_done(w, st))
-                        continue;
-                /* The request is freed by its answer: no cancel may fire after it. */
-                control_request_set_cancel(w->req, NULL, NULL);
-                if (w->want == WAIT_READY && st != CONTEXT_READY && st != CONTEXT_BUSY)
-                        control_request_error(w->req, KS_ERR_FAILED, context_to_json(c), "%s: %s (state %s)",
-                                              context_name(c), context_last_error(c) ?: "did not start",
-                                              context_state_to_string(st));
-                else
-                        control_request_reply(w->req, context_to_json(c));
-                waiter_free(w);
+                if (!c || w->ctx == c || w->want == WAIT_ALL)
+                        waiter_step(s, w);
+        }
+}
+
+void supervisor_context_heartbeat(Supervisor *s, Context *c) {
+        Waiter *w, *next;
+
+        for (w = s->waiters; w; w = next) {
+                next = w->next;
+                if (w->ctx == c && w->want == WAIT_PROBE)
+                        waiter_step(s, w);
         }
 }
 
@@ -202,50 +276,74 @@ void supervisor_context_changed(Supervisor *s, Context *c) {
 /* ---- Control methods ---- */
 
 static json_t *supervisor_to_json(Supervisor *s) {
-        char ts[64];
+        char ts[64], ts2[64];
         usec_t now = now_usec(CLOCK_REALTIME);
 
-        return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f}", "pid", (int) getpid(), "version", PACKAGE_VERSION,
-                         "generation", (json_int_t) s->sstate.generation, "boot_id", s->sstate.boot_id, "started_at",
-                         format_timestamp(ts, sizeof ts, s->sstate.started_at), "uptime",
-                         now > s->sstate.started_at ? (double) (now - s->sstate.started_at) / 1e6 : 0.0);
+        return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f, s:i, s:o}", "pid", (int) getpid(), "version",
+                         PACKAGE_VERSION, "generation", (json_int_t) s->sstate.generation, "boot_id",
+                         s->sstate.boot_id, "started_at", format_timestamp(ts, sizeof ts, s->sstate.started_at),
+                         "uptime", now > s->sstate.started_at ? (double) (now - s->sstate.started_at) / 1e6 : 0.0,
+                         "resumes", (int) s->resumes, "last_resume_at",
+                         s->last_resume_at ? json_string(format_timestamp(ts2, sizeof ts2, s->last_resume_at))
+                                           : json_null());
 }
 
-static void method_status(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        const ControlPeer *peer = control_request_peer(req);
-        json_t *names = json_object_get(params, "contexts"), *v;
-        json_t *list = json_array();
+/* {"supervisor", "contexts"} for the named contexts (NULL or empty: all the peer sees). */
+static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *peer) {
+        json_t *list = json_array(), *v;
         size_t i;
 
-        if (names && !json_is_array(names))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
         if (names && json_array_size(names) > 0) {
                 json_array_foreach(names, i, v) {
-                        Context *c = json_is_string(v) ? supervisor_find(s, json_string_value(v)) : NULL;
-                        if (!json_is_string(v)) {
-                                json_decref(list);
-                                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                                             "contexts must be an array of names");
-                        }
-                        if (!c) {
-                                json_decref(list);
-                                return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s",
-                                                             json_string_value(v));
-                        }
-                        if (!peer_sees(peer, c)) {
-                                json_decref(list);
-                                return control_request_error(req, KS_ERR_PERMISSION, NULL,
-                                                             "permission denied: context %s is not yours",
-                                                             json_string_value(v));
-                        }
-                        json_array_append_new(list, context_to_json(c));
+                        Context *c = supervisor_find(s, json_string_value(v));
+                        if (c)
+                                json_array_append_new(list, context_to_json(c));
                 }
         } else
                 for (i = 0; i < s->n_contexts; i++)
                         if (peer_sees(peer, s->contexts[i]))
                                 json_array_append_new(list, context_to_json(s->contexts[i]));
-        control_request_reply(req, json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "contexts", list));
+        return json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "contexts", list);
+}
+
+/* params.contexts, checked: an array of names of contexts the peer may see.
+ * Answers the request with an error and returns -1 when it is not. */
+static int request_names(Supervisor *s, ControlRequest *req, json_t *params, json_t **ret) {
+        json_t *names = json_object_get(params, "contexts"), *v;
+        size_t i;
+
+        if (names && !json_is_array(names)) {
+                control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
+                return -1;
+        }
+        json_array_foreach(names, i, v) {
+                Context *c;
+                if (!json_is_string(v)) {
+                        control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
+                        return -1;
+                }
+                c = supervisor_find(s, json_string_value(v));
+                if (!c) {
+                        control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", json_string_value(v));
+                        return -1;
+                }
+                if (!peer_sees(control_request_peer(req), c)) {
+                        control_request_error(req, KS_ERR_PERMISSION, NULL,
+                                              "permission denied: context %s is not yours", json_string_value(v));
+                        return -1;
+                }
+        }
+        *ret = names;
+        return 0;
+}
+
+static void method_status(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        json_t *names;
+
+        if (request_names(s, req, params, &names) < 0)
+                return;
+        control_request_reply(req, status_result(s, names, control_request_peer(req)));
 }
 
 /* The context named in params, answering the request with an error when
@@ -319,12 +417,81 @@ static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
         context_stop(c);
 }
 
+/* check: ready, and answering now (a heartbeat round trip after the request). */
+static void method_check(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        Context *c = request_context(s, req, params);
+        Waiter *w;
+
+        if (!c)
+                return;
+        w = waiter_add(s, req, c, WAIT_PROBE, request_timeout(params, 10));
+        if (w)
+                waiter_step(s, w);
+}
+
+/* wait: every named context (none named: every autostart one the peer sees) ready. */
+static void method_wait(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        json_t *names;
+        Waiter *w;
+
+        if (request_names(s, req, params, &names) < 0)
+                return;
+        if (names && json_array_size(names) > 0)
+                names = json_incref(names);
+        else {
+                names = json_array();
+                for (size_t i = 0; i < s->n_contexts; i++)
+                        if (context_autostart(s->contexts[i]) && peer_sees(control_request_peer(req), s->contexts[i]))
+                                json_array_append_new(names, json_string(context_name(s->contexts[i])));
+        }
+        w = waiter_add(s, req, NULL, WAIT_ALL, request_timeout(params, 60));
+        if (!w) {
+                json_decref(names);
+                return;
+        }
+        w->names = names;
+        waiter_step(s, w);
+}
+
 static const ControlMethod methods[] = {
         { "status", method_status, 0 },
+        { "check", method_check, 0 },
+        { "wait", method_wait, 0 },
         { "start", method_start, 0 },
         { "stop", method_stop, 0 },
         { "restart", method_restart, 0 },
 };
+
+/* ---- Freezes ---- */
+
+/* The tick's period, and how late it may come under load before that counts as a freeze. */
+#define TICK_MSEC 1000
+#define TICK_SLACK_USEC (1500 * USEC_PER_MSEC)
+#define FREEZE_THRESHOLD_USEC (2 * USEC_PER_SEC)
+
+bool supervisor_clock_check(Supervisor *s) {
+        ClockSample now;
+        usec_t jump;
+        char d[32];
+
+        clock_sample(&now);
+        jump = freeze_detect(&s->clock, &now, TICK_MSEC * USEC_PER_MSEC + TICK_SLACK_USEC, FREEZE_THRESHOLD_USEC);
+        s->clock = now;
+        if (!jump)
+                return false;
+        s->resumes++;
+        s->last_resume_at = now.realtime;
+        log_notice("resumed after a freeze of about %s; deadlines restart from now", format_duration(d, sizeof d, jump));
+        for (size_t i = 0; i < s->n_contexts; i++)
+                context_resumed(s->contexts[i]);
+        return true;
+}
+
+static void tick_cb(uv_timer_t *t) {
+        (void) supervisor_clock_check(t->data);
+}
 
 /* ---- Signals ---- */
 
@@ -401,6 +568,8 @@ static void supervisor_finish(Supervisor *s) {
         }
         uv_timer_stop(&s->shutdown_timer);
         uv_close((uv_handle_t *) &s->shutdown_timer, NULL);
+        uv_timer_stop(&s->tick);
+        uv_close((uv_handle_t *) &s->tick, NULL);
         s->shutdown_timer.data = NULL;
         if (s->control) {
                 control_server_close(s->control);
@@ -503,8 +672,6 @@ int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret
                 s->n_contexts++;
                 if (warning)
                         log_warning("%s: %s", config->contexts[i].name, warning);
-                if (context_end_leftover(s->contexts[i]) > 0)
-                        log_warning("%s: ended the kernel an earlier kernelsupd left running", config->contexts[i].name);
         }
 
         r = path_split(config->socket_path, &sockdir, &name);
@@ -530,7 +697,9 @@ int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret
         uv_signal_init(loop, &s->sig_hup);
         uv_signal_init(loop, &s->sig_chld);
         uv_timer_init(loop, &s->shutdown_timer);
-        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s->sig_chld.data = s->shutdown_timer.data = s;
+        uv_timer_init(loop, &s->tick);
+        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s->sig_chld.data = s->shutdown_timer.data =
+                s->tick.data = s;
         uv_signal_start(&s->sig_term, sigterm_cb, SIGTERM);
         uv_signal_start(&s->sig_int, sigterm_cb, SIGINT);
         uv_signal_start(&s->sig_hup, sighup_cb, SIGHUP);
@@ -549,9 +718,19 @@ int supervisor_run(Supervisor *s) {
         if (!s->pid1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
                 log_warning_errno(errno, "Failed to become a child subreaper: %m");
 
-        for (size_t i = 0; i < s->n_contexts; i++)
-                if (context_autostart(s->contexts[i]))
-                        context_start(s->contexts[i]);
+        clock_sample(&s->clock);
+        uv_timer_start(&s->tick, tick_cb, TICK_MSEC, TICK_MSEC);
+
+        /* Kernels an earlier daemon left running keep their variables: adopt them. */
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                Context *c = s->contexts[i];
+                _cleanup_free_ char *reason = NULL;
+                int r = context_adopt(c, &reason);
+                if (reason)
+                        log_full_errno(r < 0 ? LOG_WARNING : LOG_NOTICE, 0, "%s: %s", context_name(c), reason);
+                if (r <= 0 && context_autostart(c))
+                        context_start(c);
+        }
         supervisor_update_status(s);
 
         uv_run(s->loop, UV_RUN_DEFAULT);

@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "control.h"
+#include "freeze.h"
 #include "notify.h"
 #include "state.h"
 
@@ -30,6 +31,10 @@ typedef struct Supervisor {
         uv_timer_t shutdown_timer;
         struct Waiter *waiters;   /* control requests waiting for a state */
 
+        uv_timer_t tick;          /* samples the clocks to see freezes */
+        ClockSample clock;        /* the last sample */
+        unsigned resumes;         /* freezes seen since start */
+        usec_t last_resume_at;    /* CLOCK_REALTIME, 0 when none */
         bool ready_sent;
         bool stopping;
         int exit_code;
@@ -48,5 +53,11 @@ void supervisor_free(Supervisor *s);
 
 /* For context.c. */
 void supervisor_context_changed(Supervisor *s, Context *c);
+/* c's kernel answered a heartbeat ping. */
+void supervisor_context_heartbeat(Supervisor *s, Context *c);
+/* Samples the clocks; when a freeze happened since the last sample, records
+ * the resume, tells every context to re-arm its deadlines, and returns true.
+ * Deadline callbacks call it before acting: after a freeze every timer fires. */
+bool supervisor_clock_check(Supervisor *s);
 /* Ports held by every context but except; *ret is newly allocated. */
 int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n);

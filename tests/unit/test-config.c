@@ -324,6 +324,14 @@ static void test_value_errors(void) {
                 { "context:a", "backoff_min = 0", "must be greater than 0" },
                 { "context:a", "backoff_max = fast", "expected a duration such as 500ms, 30s or 5min" },
                 { "context:a", "backoff_reset = infinity", "must be finite" },
+                { "context:a", "heartbeat_interval = 0", "must be greater than 0" },
+                { "context:a", "heartbeat_misses = 0", "expected a number from 1 to 1000" },
+                { "defaults", "unresponsive_restart = sometimes", "expected no, or a duration such as 30s or 5min" },
+                { "context:a", "unresponsive_restart = 0", "expected no, or a duration such as 30s or 5min" },
+                { "context:a", "output_limit = lots", "expected a size such as 512K or 10M" },
+                { "context:a", "output_limit = 10T", "expected a size such as 512K or 10M" },
+                { "context:a", "output_limit = 2G", "must be from 1K to 1G" },
+                { "context:a", "output_limit = 100", "must be from 1K to 1G" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -527,6 +535,26 @@ static void test_happy(void) {
                 is_int(cc->backoff_min, 100 * USEC_PER_MSEC, "backoff_min default");
                 is_int(cc->backoff_max, 30 * USEC_PER_SEC, "backoff_max default");
                 is_int(cc->backoff_reset, 10 * USEC_PER_SEC, "backoff_reset default");
+                is_int(cc->heartbeat_interval, 5 * USEC_PER_SEC, "heartbeat_interval default");
+                is_int(cc->heartbeat_misses, 3, "heartbeat_misses default");
+                is_int(cc->unresponsive_restart, 0, "unresponsive_restart default: never");
+                is_int(cc->output_limit, 10 * 1024 * 1024, "output_limit default: 10 MiB");
+        }
+        config_free(c);
+
+        /* The liveness and output keys, set. */
+        new_ctx_dir(false);
+        c = load_ok("[context:a]\nheartbeat_interval = 500ms\nheartbeat_misses = 2\n"
+                    "unresponsive_restart = 2min\noutput_limit = 64K\n"
+                    "[context:b]\nunresponsive_restart = no\noutput_limit = 1G\n",
+                    "liveness and output keys");
+        if (c && c->n_contexts == 2) {
+                is_int(c->contexts[0].heartbeat_interval, 500 * USEC_PER_MSEC, "heartbeat_interval 500ms");
+                is_int(c->contexts[0].heartbeat_misses, 2, "heartbeat_misses 2");
+                is_int(c->contexts[0].unresponsive_restart, 120 * USEC_PER_SEC, "unresponsive_restart 2min");
+                is_int(c->contexts[0].output_limit, 64 * 1024, "output_limit 64K");
+                is_int(c->contexts[1].unresponsive_restart, 0, "unresponsive_restart = no");
+                is_int(c->contexts[1].output_limit, 1024 * 1024 * 1024, "output_limit 1G");
         }
         config_free(c);
 

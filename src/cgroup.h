@@ -1,0 +1,21 @@
+/* How many OOM kills the memory cgroup of a process has seen: cgroup v2's
+ * memory.events or v1's memory.oom_control, both with an "oom_kill N" line.
+ * Comparing the count at a kernel's launch and at its SIGKILL tells an OOM
+ * kill from any other SIGKILL, where the system tells at all. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* From the text of /proc/PID/cgroup, the paths of the counter files to try,
+ * in order, below root (normally "/sys/fs/cgroup"): the v2 memory.events of
+ * the "0::" line, then the v1 memory.oom_control of the line whose
+ * controllers include "memory". ret[i] are newly allocated; returns how many
+ * (0 to 2). */
+int cgroup_oom_paths(const char *proc_cgroup, const char *root, char *ret[2]);
+
+/* The value of key in "key value" lines (memory.events, memory.oom_control). -ENOENT when absent. */
+int cgroup_keyed_value(const char *text, const char *key, uint64_t *ret);
+
+/* The oom_kill count of pid's memory cgroup. -ENOENT when the system does not tell. */
+int cgroup_oom_kills(pid_t pid, uint64_t *ret);
