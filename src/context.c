@@ -14,6 +14,7 @@
 #include "cgroup.h"
 #include "connfile.h"
 #include "context.h"
+#include "exec.h"
 #include "jupyter.h"
 #include "log.h"
 #include "spawn.h"
@@ -45,6 +46,7 @@ struct Context {
         int pidfd;
         uv_poll_t *pid_poll;    /* NULL when none; freed in its close callback */
         KernelConn *conn;
+        ExecQueue *exec;        /* cells, one at a time; outlives kernels */
         bool deadline_hit;      /* the start deadline killed it */
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
@@ -109,6 +111,14 @@ static void context_set_state(Context *c, ContextStateKind to) {
                           context_state_to_string(to));
         log_debug("%s: %s -> %s", c->name, context_state_to_string(c->state), context_state_to_string(to));
         c->state = to;
+        if (to == CONTEXT_STOPPED || to == CONTEXT_FAILED) {
+                /* No kernel is coming soon: cells waiting for one are answered now. */
+                char why[300];
+                snprintf(why, sizeof why, "context %s %s%s%s", c->name, to == CONTEXT_STOPPED ? "stopped" : "failed",
+                         to == CONTEXT_FAILED && c->st.last_error ? ": " : "",
+                         to == CONTEXT_FAILED && c->st.last_error ? c->st.last_error : "");
+                exec_queue_give_up(c->exec, why);
+        }
         supervisor_context_changed(c->sup, c);
 }
 
@@ -219,6 +229,7 @@ static void context_check_started(Context *c) {
 static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
 
+        exec_queue_on_reply(c->exec, channel, msg);
         if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply")) {
                 c->got_info = true;
                 context_check_started(c);
@@ -228,6 +239,7 @@ static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *m
 static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
 
+        exec_queue_on_iopub(c->exec, msg);
         c->got_iopub = true;
         context_check_started(c);
 }
@@ -240,7 +252,7 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
         c->hb_answers++;
         if (c->state == CONTEXT_UNRESPONSIVE) {
                 log_notice("%s: kernel %s answers its heartbeat again", c->name, c->st.kernel_id);
-                context_set_state(c, CONTEXT_READY);
+                context_set_state(c, exec_queue_busy(c->exec) ? CONTEXT_BUSY : CONTEXT_READY);
         }
         supervisor_context_heartbeat(c->sup, c);
 }
@@ -250,6 +262,39 @@ static const KernelConnCallbacks conn_callbacks = {
         .on_iopub = conn_on_iopub,
         .on_hb = conn_on_hb,
 };
+
+/* ---- Cells ---- */
+
+/* ipykernel interrupts this way itself: SIGINT to its process group, so a
+ * cell's children are interrupted with it; the namespace stays. */
+static void exec_hook_interrupt(void *userdata) {
+        Context *c = userdata;
+
+        if (c->pid > 0)
+                (void) kill(-c->pid, SIGINT);
+}
+
+static void exec_hook_busy(void *userdata, bool busy) {
+        Context *c = userdata;
+
+        if (busy && c->state == CONTEXT_READY)
+                context_set_state(c, CONTEXT_BUSY);
+        else if (!busy && c->state == CONTEXT_BUSY)
+                context_set_state(c, CONTEXT_READY);
+}
+
+static const ExecHooks exec_hooks = {
+        .interrupt = exec_hook_interrupt,
+        .busy = exec_hook_busy,
+};
+
+ExecQueue *context_exec(Context *c) {
+        return c->exec;
+}
+
+const ContextConfig *context_config(const Context *c) {
+        return c->cfg;
+}
 
 /* ---- Heartbeat ---- */
 
@@ -362,6 +407,8 @@ static void context_became_ready(Context *c) {
         c->adopting = false;
         context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
+        /* Last: a cell that died with the previous kernel is answered now, naming this one. */
+        exec_queue_attach(c->exec, c->conn, c->st.kernel_id);
 }
 
 /* ---- Process exit ---- */
@@ -427,6 +474,7 @@ static void context_handle_exit(Context *c) {
         c->pidfd = -1;
         c->pid = 0;
         c->st.pid = 0;
+        exec_queue_detach(c->exec, what);
         if (c->conn) {
                 kernel_conn_close(c->conn);
                 c->conn = NULL;
@@ -849,6 +897,13 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         }
         snprintf(c->st.conn.ip, sizeof c->st.conn.ip, "127.0.0.1");
 
+        r = exec_queue_new(s->loop, &exec_hooks, c, &c->exec);
+        if (r < 0) {
+                context_state_done(&c->st);
+                free(c->name);
+                free(c);
+                return r;
+        }
         uv_timer_init(s->loop, &c->timer);
         uv_timer_init(s->loop, &c->info_timer);
         uv_timer_init(s->loop, &c->hb_timer);
@@ -961,6 +1016,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
 void context_free(Context *c) {
         if (!c)
                 return;
+        exec_queue_free(c->exec);
         if (c->conn)
                 kernel_conn_close(c->conn);
         if (c->pid_poll)
@@ -1000,7 +1056,11 @@ json_t *context_to_json(const Context *c) {
                                       "signal", c->st.last_exit.signal ? json_string(sig) : json_null(), "oom",
                                       c->st.last_exit.oom, "at", json_timestamp(c->st.last_exit.at));
         }
-        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o}", "name", c->name, "state",
+        long long count = exec_queue_execution_count(c->exec);
+        usec_t activity = exec_queue_last_activity(c->exec);
+
+        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i}", "name", c->name,
+                         "state",
                          context_state_to_string(c->state), "pid", running ? json_integer(c->pid) : json_null(),
                          "kernel_id", c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(),
                          "incarnation", (json_int_t) c->st.incarnation, "restarts", (json_int_t) c->st.restarts,
@@ -1008,5 +1068,7 @@ json_t *context_to_json(const Context *c) {
                          running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6)
                                                             : json_null(),
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
-                         c->st.last_error ? json_string(c->st.last_error) : json_null());
+                         c->st.last_error ? json_string(c->st.last_error) : json_null(), "execution_count",
+                         count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
+                         "queued", (int) exec_queue_pending(c->exec));
 }

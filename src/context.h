@@ -35,6 +35,11 @@ int context_adopt(Context *c, char **ret_reason);
 int context_probe(Context *c, uint64_t *ret_answers);
 uint64_t context_hb_answers(const Context *c);
 
+/* The context's cell queue (owned by the context). */
+typedef struct ExecQueue ExecQueue;
+ExecQueue *context_exec(Context *c);
+const ContextConfig *context_config(const Context *c);
+
 /* The sandbox was frozen: restart the deadlines from now. */
 void context_resumed(Context *c);
 

@@ -11,6 +11,7 @@
 #include <zmq.h>
 
 #include "context.h"
+#include "exec.h"
 #include "log.h"
 #include "protocol.h"
 #include "supervisor.h"
@@ -455,7 +456,104 @@ static void method_wait(ControlRequest *req, json_t *params, void *userdata) {
         waiter_step(s, w);
 }
 
+/* One cell in flight for a control request. */
+typedef struct CellRequest {
+        ControlRequest *req;
+        ExecCell *cell;
+} CellRequest;
+
+static void cell_on_output(void *userdata, const json_t *output) {
+        CellRequest *cr = userdata;
+
+        /* A peer that stopped reading loses its stream, not the cell: its reply still comes. */
+        (void) control_request_notify(cr->req, "output", json_pack("{s:O}", "output", (json_t *) output));
+}
+
+static void cell_on_done(void *userdata, const ExecResult *res) {
+        CellRequest *cr = userdata;
+        json_t *body = json_pack("{s:s, s:o, s:o, s:O}", "status", exec_status_to_string(res->status),
+                                 "execution_count",
+                                 res->execution_count >= 0 ? json_integer(res->execution_count) : json_null(),
+                                 "kernel_id", res->kernel_id ? json_string(res->kernel_id) : json_null(), "outputs",
+                                 res->outputs ? res->outputs : json_array());
+
+        control_request_set_cancel(cr->req, NULL, NULL);
+        if (res->status == EXEC_DIED || res->status == EXEC_ABORTED)
+                control_request_error(cr->req, KS_ERR_FAILED, body, "%s",
+                                      res->message ?: "the cell did not run to its end");
+        else
+                control_request_reply(cr->req, body);
+        free(cr);
+}
+
+/* The client went away mid-cell: the cell is interrupted, so it never blocks the context. */
+static void cell_cancel(ControlRequest *req, void *data) {
+        CellRequest *cr = data;
+
+        exec_cell_cancel(cr->cell);
+        free(cr);
+}
+
+static const ExecSink cell_sink = {
+        .on_output = cell_on_output,
+        .on_done = cell_on_done,
+};
+
+static void method_execute(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        Context *c = request_context(s, req, params);
+        const char *code = json_string_value(json_object_get(params, "code"));
+        json_t *timeout = json_object_get(params, "timeout");
+        ContextStateKind st;
+        CellRequest *cr;
+        int r;
+
+        if (!c)
+                return;
+        if (!code)
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.code must be a string");
+        if (timeout && (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
+                        json_number_value(timeout) > 86400))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "params.timeout must be a number of seconds from 0 to 86400");
+        st = context_state(c);
+        if (st == CONTEXT_STOPPED || st == CONTEXT_FAILED || st == CONTEXT_STOPPING)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s is not running (state %s%s%s)",
+                                             context_name(c), context_state_to_string(st),
+                                             context_last_error(c) ? ": " : "", context_last_error(c) ?: "");
+        cr = calloc(1, sizeof *cr);
+        if (!cr)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        cr->req = req;
+        ExecOptions opt = {
+                .timeout = timeout ? (usec_t) (json_number_value(timeout) * 1e6) : USEC_INFINITY,
+                .output_limit = context_config(c)->output_limit,
+        };
+        r = exec_queue_submit(context_exec(c), code, &opt, &cell_sink, cr, &cr->cell);
+        if (r < 0) {
+                free(cr);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot send the cell to the kernel: %s",
+                                             strerror(-r));
+        }
+        control_request_set_cancel(req, cell_cancel, cr);
+}
+
+static void method_interrupt(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        Context *c = request_context(s, req, params);
+        bool any;
+
+        if (!c)
+                return;
+        any = exec_queue_interrupt(context_exec(c));
+        if (any)
+                log_info("%s: cell interrupted by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        control_request_reply(req, json_pack("{s:b}", "interrupted", any));
+}
+
 static const ControlMethod methods[] = {
+        { "execute", method_execute, 0 },
+        { "interrupt", method_interrupt, 0 },
         { "status", method_status, 0 },
         { "check", method_check, 0 },
         { "wait", method_wait, 0 },

@@ -1,0 +1,891 @@
+/* The per-context cell queue: see exec.h. Pure libuv and jupyter.h; it never
+ * logs, its outcomes go to the sinks. */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "util.h"
+
+/* While iopub has not delivered anything yet, a kernel_info_request goes out
+ * again on each reply and, should one be lost, at this interval. */
+#define HANDSHAKE_RESEND_MSEC 250
+/* A kernel that has just answered an execute_request with an error aborts
+ * execute_requests that reach it before it has finished aborting (ipykernel's
+ * stop_on_error). Such a cell never ran, so it is sent again this many times. */
+#define ABORTED_RETRIES 0
+
+struct ExecCell {
+        ExecQueue *q;
+        ExecCell *prev, *next; /* in the queue's waiting list */
+        bool queued;
+
+        char *code;
+        ExecOptions opt;
+        ExecSink sink;
+        void *userdata;
+
+        json_t *outputs;     /* nbformat v4 dicts, collected */
+        json_t *display_ids; /* parallel to outputs: the display_id string or null */
+        /* The trailing stream output, merged chunk by chunk outside jansson
+         * (which copies a string on every change) until another output comes. */
+        char *pend_name;
+        char *pend;
+        size_t pend_len, pend_alloc;
+        bool clear_on_next; /* clear_output(wait=True) */
+        size_t bytes;       /* text counted against opt.output_limit */
+        bool truncated;
+        bool error_kept_after_limit;
+
+        long long execution_count;
+        char *reply_status; /* "ok", "error", "aborted"; NULL until the reply */
+        bool timed_out;
+        unsigned aborted_retries;
+};
+
+struct ExecQueue {
+        uv_loop_t *loop;
+        ExecHooks hooks;
+        void *userdata;
+
+        KernelConn *conn; /* NULL when detached */
+        char *kernel_id;
+
+        ExecCell *head, *tail; /* waiting, in arrival order */
+        size_t n_pending;
+
+        /* The execute_request on the kernel. cell is NULL once the cell was
+         * answered (abandoned after its timeout) or cancelled: the slot stays
+         * taken until the kernel is done with it, so that two cells never run
+         * at once. */
+        struct {
+                char msg_id[37]; /* "" when the slot is free */
+                ExecCell *cell;
+                bool got_reply, got_idle;
+                bool auto_interrupted; /* by timeout or cancel: at most once */
+                bool in_grace;         /* timed out, interrupted, waiting for the reply */
+        } run;
+
+        ExecCell *died; /* was running when the kernel died; answered at the next attach */
+        char *died_why;
+
+        bool iopub_ready;
+        char hs_msg_id[37];
+
+        uv_timer_t timer;    /* the running cell's timeout, then its interrupt grace */
+        uv_timer_t hs_timer; /* the iopub handshake's resend */
+        unsigned n_open_handles;
+
+        bool busy;
+        long long execution_count;
+        usec_t last_activity;
+};
+
+static const char *const status_names[_EXEC_STATUS_MAX] = {
+        [EXEC_OK] = "ok",     [EXEC_ERROR] = "error",     [EXEC_TIMEOUT] = "timeout",
+        [EXEC_DIED] = "died", [EXEC_ABORTED] = "aborted",
+};
+
+const char *exec_status_to_string(ExecStatus s) {
+        return (unsigned) s < _EXEC_STATUS_MAX ? status_names[s] : NULL;
+}
+
+/* ---- Cells ---- */
+
+static void cell_free(ExecCell *cell) {
+        if (!cell)
+                return;
+        free(cell->code);
+        json_decref(cell->outputs);
+        json_decref(cell->display_ids);
+        free(cell->pend_name);
+        free(cell->pend);
+        free(cell->reply_status);
+        free(cell);
+}
+
+static void queue_unlink(ExecQueue *q, ExecCell *cell) {
+        if (!cell->queued)
+                return;
+        if (cell->prev)
+                cell->prev->next = cell->next;
+        else
+                q->head = cell->next;
+        if (cell->next)
+                cell->next->prev = cell->prev;
+        else
+                q->tail = cell->prev;
+        cell->prev = cell->next = NULL;
+        cell->queued = false;
+        q->n_pending--;
+}
+
+static void queue_append(ExecQueue *q, ExecCell *cell) {
+        cell->prev = q->tail;
+        cell->next = NULL;
+        if (q->tail)
+                q->tail->next = cell;
+        else
+                q->head = cell;
+        q->tail = cell;
+        cell->queued = true;
+        q->n_pending++;
+}
+
+static void touch(ExecQueue *q) {
+        q->last_activity = now_usec(CLOCK_REALTIME);
+}
+
+/* Appends output (stolen) and its display_id (borrowed, may be NULL) to the collected outputs. */
+static int cell_append(ExecCell *cell, json_t *output, const char *display_id) {
+        if (!output)
+                return -ENOMEM;
+        if (json_array_append_new(cell->outputs, output) < 0)
+                return -ENOMEM;
+        if (json_array_append_new(cell->display_ids, display_id ? json_string(display_id) : json_null()) < 0) {
+                (void) json_array_remove(cell->outputs, json_array_size(cell->outputs) - 1);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Turns the pending stream text into an output dict. */
+static int cell_flush_stream(ExecCell *cell) {
+        json_t *o;
+        int r;
+
+        if (!cell->pend_name)
+                return 0;
+        o = json_pack("{s:s, s:s, s:s%}", "output_type", "stream", "name", cell->pend_name, "text", cell->pend ?: "",
+                      cell->pend_len);
+        r = cell_append(cell, o, NULL);
+        free(cell->pend_name);
+        cell->pend_name = NULL;
+        cell->pend_len = 0;
+        return r;
+}
+
+static int cell_pend_stream(ExecCell *cell, const char *name, const char *text, size_t len) {
+        if (cell->pend_name && !streq(cell->pend_name, name)) {
+                int r = cell_flush_stream(cell);
+                if (r < 0)
+                        return r;
+        }
+        if (!cell->pend_name) {
+                cell->pend_name = strdup(name);
+                if (!cell->pend_name)
+                        return -ENOMEM;
+                cell->pend_len = 0;
+        }
+        if (cell->pend_len + len + 1 > cell->pend_alloc) {
+                size_t want = (cell->pend_len + len + 1) * 2;
+                char *p = realloc(cell->pend, want);
+
+                if (!p)
+                        return -ENOMEM;
+                cell->pend = p;
+                cell->pend_alloc = want;
+        }
+        memcpy(cell->pend + cell->pend_len, text, len);
+        cell->pend_len += len;
+        cell->pend[cell->pend_len] = '\0';
+        return 0;
+}
+
+static void cell_clear(ExecCell *cell) {
+        json_array_clear(cell->outputs);
+        json_array_clear(cell->display_ids);
+        free(cell->pend_name);
+        cell->pend_name = NULL;
+        cell->pend_len = 0;
+        cell->clear_on_next = false;
+        /* What is kept is bounded, not what went by: a progress bar that
+         * clears its output may print forever. After the marker, nothing more. */
+        if (!cell->truncated)
+                cell->bytes = 0;
+}
+
+/* Size of a MIME bundle's values: strings count their bytes, other JSON its compact text. */
+static size_t bundle_size(const json_t *data) {
+        const char *key;
+        json_t *v;
+        size_t n = 0;
+
+        json_object_foreach((json_t *) data, key, v) {
+                if (json_is_string(v))
+                        n += json_string_length(v);
+                else
+                        n += json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+        }
+        return n;
+}
+
+static void cell_emit(ExecCell *cell, const json_t *output) {
+        if (cell->sink.on_output)
+                cell->sink.on_output(cell->userdata, output);
+}
+
+/* The limit was reached: the marker once, then nothing. */
+static void cell_truncate(ExecCell *cell) {
+        json_auto_t *marker = NULL;
+        char text[128];
+
+        if (cell->truncated)
+                return;
+        cell->truncated = true;
+        snprintf(text, sizeof text, "\n[output truncated: limit of %zu bytes reached]\n", cell->opt.output_limit);
+        (void) cell_pend_stream(cell, "stderr", text, strlen(text));
+        marker = json_pack("{s:s, s:s, s:s}", "output_type", "stream", "name", "stderr", "text", text);
+        if (marker)
+                cell_emit(cell, marker);
+}
+
+/* Room for n more bytes of text? */
+static size_t cell_room(const ExecCell *cell) {
+        return cell->bytes >= cell->opt.output_limit ? 0 : cell->opt.output_limit - cell->bytes;
+}
+
+/* The longest prefix of text no longer than max that does not cut a UTF-8 sequence. */
+static size_t utf8_prefix(const char *text, size_t len, size_t max) {
+        size_t n = len < max ? len : max;
+
+        if (n == len)
+                return n;
+        while (n > 0 && ((unsigned char) text[n] & 0xC0) == 0x80)
+                n--;
+        return n;
+}
+
+static void cell_on_stream(ExecCell *cell, const json_t *content) {
+        const json_t *jtext = json_object_get(content, "text");
+        const char *name = json_string_value(json_object_get(content, "name")), *text;
+        json_auto_t *o = NULL;
+        size_t len, keep;
+
+        if (!name || !json_is_string(jtext) || cell->truncated)
+                return;
+        text = json_string_value(jtext);
+        len = json_string_length(jtext);
+        if (cell->clear_on_next)
+                cell_clear(cell);
+        keep = utf8_prefix(text, len, cell_room(cell));
+        if (keep > 0) {
+                (void) cell_pend_stream(cell, name, text, keep);
+                cell->bytes += keep;
+                o = json_pack("{s:s, s:s, s:s%}", "output_type", "stream", "name", name, "text", text, keep);
+                if (o)
+                        cell_emit(cell, o);
+        }
+        if (keep < len)
+                cell_truncate(cell);
+}
+
+/* display_data, execute_result and update_display_data. */
+static void cell_on_display(ExecCell *cell, const char *type, const json_t *content) {
+        json_t *data = json_object_get(content, "data");
+        json_t *metadata = json_object_get(content, "metadata");
+        const char *display_id =
+                json_string_value(json_object_get(json_object_get(content, "transient"), "display_id"));
+        bool is_update = streq(type, "update_display_data");
+        json_auto_t *o = NULL, *streamed = NULL;
+        size_t size;
+
+        if (!json_is_object(data) || cell->truncated)
+                return;
+        if (!json_is_object(metadata))
+                metadata = NULL;
+        if (is_update && !display_id)
+                return;
+        if (!is_update && cell->clear_on_next)
+                cell_clear(cell);
+        size = bundle_size(data);
+        if (size > cell_room(cell)) {
+                cell_truncate(cell);
+                return;
+        }
+        cell->bytes += size;
+
+        if (streq(type, "execute_result")) {
+                json_t *count = json_object_get(content, "execution_count");
+
+                o = json_pack("{s:s, s:O, s:O, s:O}", "output_type", "execute_result", "execution_count",
+                              json_is_integer(count) ? count : json_null(), "data", data, "metadata",
+                              metadata ?: json_object());
+                if (json_is_integer(count))
+                        cell->execution_count = json_integer_value(count);
+        } else
+                o = json_pack("{s:s, s:O, s:o}", "output_type", is_update ? "update_display_data" : "display_data",
+                              "data", data, "metadata", metadata ? json_incref(metadata) : json_object());
+        if (!o)
+                return;
+
+        if (is_update) {
+                size_t i;
+                json_t *id;
+
+                json_array_foreach(cell->display_ids, i, id) {
+                        json_t *out = json_array_get(cell->outputs, i);
+
+                        if (!json_is_string(id) || !streq(json_string_value(id), display_id))
+                                continue;
+                        (void) json_object_set(out, "data", json_object_get(o, "data"));
+                        (void) json_object_set(out, "metadata", json_object_get(o, "metadata"));
+                }
+        } else {
+                if (cell_flush_stream(cell) < 0 || cell_append(cell, json_incref(o), display_id) < 0)
+                        return;
+        }
+
+        if (display_id) {
+                streamed = json_deep_copy(o);
+                if (!streamed ||
+                    json_object_set_new(streamed, "transient", json_pack("{s:s}", "display_id", display_id)) < 0)
+                        return;
+                cell_emit(cell, streamed);
+        } else
+                cell_emit(cell, o);
+}
+
+static size_t error_size(const json_t *content) {
+        const json_t *tb = json_object_get(content, "traceback"), *line;
+        size_t i, n = json_string_length(json_object_get(content, "ename")) +
+                      json_string_length(json_object_get(content, "evalue"));
+
+        json_array_foreach(tb, i, line) {
+                n += json_string_length(line);
+        }
+        return n;
+}
+
+static void cell_on_error(ExecCell *cell, const json_t *content) {
+        const json_t *tb = json_object_get(content, "traceback");
+        json_auto_t *o = NULL;
+        size_t size = error_size(content);
+
+        if (cell->clear_on_next)
+                cell_clear(cell);
+        if (cell->truncated || size > cell_room(cell)) {
+                /* The first error is the cell's outcome: kept past the limit, once. */
+                if (cell->error_kept_after_limit)
+                        return;
+                cell->error_kept_after_limit = true;
+                cell_truncate(cell);
+        } else
+                cell->bytes += size;
+
+        o = json_pack("{s:s, s:s, s:s, s:O}", "output_type", "error", "ename",
+                      json_string_value(json_object_get(content, "ename")) ?: "", "evalue",
+                      json_string_value(json_object_get(content, "evalue")) ?: "", "traceback",
+                      json_is_array(tb) ? (json_t *) tb : json_array());
+        if (!o)
+                return;
+        if (cell_flush_stream(cell) < 0 || cell_append(cell, json_incref(o), NULL) < 0)
+                return;
+        cell_emit(cell, o);
+}
+
+static void cell_on_clear(ExecCell *cell, const json_t *content) {
+        bool wait = json_is_true(json_object_get(content, "wait"));
+        json_auto_t *o = NULL;
+
+        if (cell->truncated)
+                return;
+        if (wait)
+                cell->clear_on_next = true;
+        else
+                cell_clear(cell);
+        o = json_pack("{s:s, s:b}", "output_type", "clear_output", "wait", wait);
+        if (o)
+                cell_emit(cell, o);
+}
+
+/* ---- The queue ---- */
+
+static void queue_advance(ExecQueue *q);
+
+static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message) {
+        ExecResult res = {
+                .status = status,
+                .execution_count = cell->execution_count,
+                .kernel_id = kernel_id,
+                .outputs = cell->outputs,
+                .message = message,
+        };
+
+        (void) cell_flush_stream(cell);
+        cell->sink.on_done(cell->userdata, &res);
+        cell_free(cell);
+}
+
+static void run_clear(ExecQueue *q) {
+        q->run.msg_id[0] = '\0';
+        q->run.cell = NULL;
+        q->run.got_reply = q->run.got_idle = false;
+        q->run.auto_interrupted = q->run.in_grace = false;
+        (void) uv_timer_stop(&q->timer);
+}
+
+static bool run_taken(const ExecQueue *q) {
+        return q->run.msg_id[0] != '\0';
+}
+
+/* Nothing left to run: the context is no longer busy. */
+static void queue_maybe_idle(ExecQueue *q) {
+        if (q->busy && !run_taken(q) && !q->head) {
+                q->busy = false;
+                if (q->hooks.busy)
+                        q->hooks.busy(q->userdata, false);
+        }
+}
+
+static void auto_interrupt(ExecQueue *q) {
+        if (q->run.auto_interrupted)
+                return;
+        q->run.auto_interrupted = true;
+        if (q->hooks.interrupt)
+                q->hooks.interrupt(q->userdata);
+}
+
+static void timer_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+        ExecCell *cell = q->run.cell;
+        char d[32], msg[256];
+
+        if (!cell)
+                return;
+        if (!q->run.in_grace) {
+                cell->timed_out = true;
+                q->run.in_grace = true;
+                auto_interrupt(q);
+                (void) uv_timer_start(&q->timer, timer_cb, EXEC_INTERRUPT_GRACE_USEC / USEC_PER_MSEC, 0);
+                return;
+        }
+
+        /* The kernel did not answer the interrupt: answer without it, and keep
+         * the slot until the kernel is done, discarding what comes. */
+        snprintf(msg, sizeof msg,
+                 "the cell ran longer than its timeout of %s and did not stop within %llu s of the interrupt; "
+                 "the kernel may still be running it",
+                 format_duration(d, sizeof d, cell->opt.timeout), EXEC_INTERRUPT_GRACE_USEC / USEC_PER_SEC);
+        q->run.cell = NULL;
+        answer(cell, EXEC_TIMEOUT, q->kernel_id, msg);
+}
+
+static int send_execute(ExecQueue *q, ExecCell *cell, char ret_msg_id[37]) {
+        json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", cell->code, "silent", 0,
+                                    "store_history", 1, "user_expressions", "allow_stdin", 0, "stop_on_error", 1);
+
+        if (!content)
+                return -ENOMEM;
+        return kernel_conn_send(q->conn, CHANNEL_SHELL, "execute_request", content, ret_msg_id);
+}
+
+/* Sends cell and makes it the running one. */
+static int queue_start(ExecQueue *q, ExecCell *cell) {
+        char id[37];
+        int r;
+
+        r = send_execute(q, cell, id);
+        if (r < 0)
+                return r;
+        run_clear(q);
+        memcpy(q->run.msg_id, id, sizeof id);
+        q->run.cell = cell;
+        if (cell->opt.timeout != USEC_INFINITY)
+                (void) uv_timer_start(&q->timer, timer_cb, (cell->opt.timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC, 0);
+        if (!q->busy) {
+                q->busy = true;
+                if (q->hooks.busy)
+                        q->hooks.busy(q->userdata, true);
+        }
+        return 0;
+}
+
+static bool queue_can_start(const ExecQueue *q) {
+        return q->conn && q->iopub_ready && !run_taken(q) && !q->died;
+}
+
+static void queue_advance(ExecQueue *q) {
+        while (queue_can_start(q) && q->head) {
+                ExecCell *cell = q->head;
+                char msg[160];
+                int r;
+
+                queue_unlink(q, cell);
+                r = queue_start(q, cell);
+                if (r >= 0)
+                        return;
+                snprintf(msg, sizeof msg, "the cell could not be sent to the kernel: %s", strerror(-r));
+                answer(cell, EXEC_ABORTED, q->kernel_id, msg);
+        }
+        queue_maybe_idle(q);
+}
+
+/* The kernel is done with the running request (reply and idle both came). */
+static void run_finish(ExecQueue *q) {
+        ExecCell *cell = q->run.cell;
+        ExecStatus status;
+        char d[32], msg[256];
+        const char *message = NULL;
+
+        run_clear(q);
+        if (cell) {
+                if (cell->timed_out) {
+                        status = EXEC_TIMEOUT;
+                        snprintf(msg, sizeof msg, "the cell ran longer than its timeout of %s and was interrupted",
+                                 format_duration(d, sizeof d, cell->opt.timeout));
+                        message = msg;
+                } else if (cell->reply_status && streq(cell->reply_status, "ok"))
+                        status = EXEC_OK;
+                else if (cell->reply_status && streq(cell->reply_status, "aborted")) {
+                        status = EXEC_ABORTED;
+                        message = "the kernel aborted the cell without running it";
+                } else
+                        status = EXEC_ERROR;
+                answer(cell, status, q->kernel_id, message);
+        }
+        queue_advance(q);
+}
+
+/* ---- Kernel attach/detach ---- */
+
+static void handshake_send(ExecQueue *q) {
+        if (kernel_conn_send(q->conn, CHANNEL_SHELL, "kernel_info_request", json_object(), q->hs_msg_id) < 0)
+                q->hs_msg_id[0] = '\0';
+}
+
+static void hs_timer_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+
+        if (q->conn && !q->iopub_ready)
+                handshake_send(q);
+        else
+                (void) uv_timer_stop(t);
+}
+
+void exec_queue_detach(ExecQueue *q, const char *why) {
+        if (!q || !q->conn)
+                return;
+        q->conn = NULL;
+        q->iopub_ready = false;
+        q->hs_msg_id[0] = '\0';
+        (void) uv_timer_stop(&q->hs_timer);
+
+        if (q->run.cell && !q->died) {
+                q->died = q->run.cell;
+                free(q->died_why);
+                /* NULL: stopped on purpose (give_up), said so when answered. */
+                q->died_why = why ? strdup(why) : NULL;
+        }
+        run_clear(q);
+        q->busy = false;
+}
+
+/* Answers the cell that was running when the kernel went away. */
+static void answer_died(ExecQueue *q, const char *kernel_id, const char *why_now) {
+        ExecCell *cell = q->died;
+        _cleanup_free_ char *why = TAKE_PTR(q->died_why);
+        char msg[512];
+
+        if (!cell)
+                return;
+        q->died = NULL;
+        if (kernel_id)
+                snprintf(msg, sizeof msg,
+                         "the kernel died while running the cell (%s); the context now runs kernel %s",
+                         why ?: "it exited", kernel_id);
+        else if (why)
+                snprintf(msg, sizeof msg, "the kernel died while running the cell (%s); the context has no kernel: %s",
+                         why, why_now ?: "it gave up");
+        else
+                snprintf(msg, sizeof msg, "the kernel was stopped while running the cell: %s", why_now ?: "stopped");
+        answer(cell, EXEC_DIED, kernel_id, msg);
+}
+
+void exec_queue_attach(ExecQueue *q, KernelConn *conn, const char *kernel_id) {
+        char *id;
+
+        if (!q || !conn)
+                return;
+        if (q->conn)
+                exec_queue_detach(q, "the kernel was replaced");
+        id = strdup(kernel_id ?: "");
+        if (!id)
+                return;
+        free(q->kernel_id);
+        q->kernel_id = id;
+        q->conn = conn;
+        q->iopub_ready = false;
+        handshake_send(q);
+        (void) uv_timer_start(&q->hs_timer, hs_timer_cb, HANDSHAKE_RESEND_MSEC, HANDSHAKE_RESEND_MSEC);
+
+        answer_died(q, q->kernel_id, NULL);
+        queue_advance(q);
+}
+
+void exec_queue_give_up(ExecQueue *q, const char *why) {
+        size_t n;
+        char msg[512];
+
+        if (!q)
+                return;
+        if (q->conn) {
+                /* Not detached first: the kernel is being stopped under a running cell. */
+                exec_queue_detach(q, NULL);
+        }
+        /* Cells queued from inside on_done go to the next kernel: answer only those waiting now. */
+        n = q->n_pending;
+        answer_died(q, NULL, why);
+        snprintf(msg, sizeof msg, "the cell did not run: %s", why ?: "the context has no kernel");
+        for (; n > 0 && q->head; n--) {
+                ExecCell *cell = q->head;
+
+                queue_unlink(q, cell);
+                answer(cell, EXEC_ABORTED, NULL, msg);
+        }
+}
+
+/* ---- Messages from the kernel ---- */
+
+void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
+        const char *parent, *status;
+        ExecCell *cell;
+
+        if (!q || !msg || !q->conn || channel != CHANNEL_SHELL)
+                return;
+        parent = jupyter_msg_parent_id(msg);
+
+        if (q->hs_msg_id[0] && streq(parent, q->hs_msg_id)) {
+                /* Each round makes the kernel publish busy/idle; go on until iopub hears one. */
+                if (!q->iopub_ready)
+                        handshake_send(q);
+                return;
+        }
+        if (!run_taken(q) || !streq(parent, q->run.msg_id) || !streq(jupyter_msg_type(msg), "execute_reply"))
+                return;
+
+        touch(q);
+        status = json_string_value(json_object_get(msg->content, "status")) ?: "error";
+        {
+                json_t *count = json_object_get(msg->content, "execution_count");
+                if (json_is_integer(count) && !streq(status, "aborted"))
+                        q->execution_count = json_integer_value(count);
+        }
+        cell = q->run.cell;
+        if (cell) {
+                json_t *count = json_object_get(msg->content, "execution_count");
+
+                if (json_is_integer(count))
+                        cell->execution_count = json_integer_value(count);
+                if (streq(status, "aborted") && !cell->timed_out && cell->aborted_retries < ABORTED_RETRIES &&
+                    json_array_size(cell->outputs) == 0 && !cell->pend_name) {
+                        char id[37];
+
+                        /* It never ran: send it again under a new msg_id. The old
+                         * id's idle is then of no interest. */
+                        cell->aborted_retries++;
+                        if (send_execute(q, cell, id) >= 0) {
+                                memcpy(q->run.msg_id, id, sizeof id);
+                                q->run.got_reply = q->run.got_idle = false;
+                                return;
+                        }
+                }
+                free(cell->reply_status);
+                cell->reply_status = strdup(status);
+        }
+        q->run.got_reply = true;
+        if (q->run.got_idle)
+                run_finish(q);
+}
+
+void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
+        const char *type;
+        ExecCell *cell;
+
+        if (!q || !msg || !q->conn)
+                return;
+        if (!q->iopub_ready) {
+                q->iopub_ready = true;
+                (void) uv_timer_stop(&q->hs_timer);
+                queue_advance(q);
+        }
+        if (!run_taken(q) || !streq(jupyter_msg_parent_id(msg), q->run.msg_id))
+                return;
+
+        type = jupyter_msg_type(msg);
+        cell = q->run.cell;
+        if (streq(type, "status")) {
+                if (streq(json_string_value(json_object_get(msg->content, "execution_state")) ?: "", "idle")) {
+                        q->run.got_idle = true;
+                        if (q->run.got_reply)
+                                run_finish(q);
+                }
+                return;
+        }
+        if (streq(type, "execute_input")) {
+                json_t *count = json_object_get(msg->content, "execution_count");
+
+                if (json_is_integer(count)) {
+                        q->execution_count = json_integer_value(count);
+                        if (cell)
+                                cell->execution_count = json_integer_value(count);
+                }
+                return;
+        }
+        if (!cell)
+                return; /* abandoned or cancelled: discarded */
+
+        touch(q);
+        if (streq(type, "stream"))
+                cell_on_stream(cell, msg->content);
+        else if (streq(type, "display_data") || streq(type, "execute_result") || streq(type, "update_display_data"))
+                cell_on_display(cell, type, msg->content);
+        else if (streq(type, "error"))
+                cell_on_error(cell, msg->content);
+        else if (streq(type, "clear_output"))
+                cell_on_clear(cell, msg->content);
+}
+
+/* ---- Public ---- */
+
+int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret) {
+        ExecQueue *q;
+
+        if (!loop || !ret)
+                return -EINVAL;
+        q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        q->loop = loop;
+        if (hooks)
+                q->hooks = *hooks;
+        q->userdata = userdata;
+        q->execution_count = -1;
+        (void) uv_timer_init(loop, &q->timer);
+        (void) uv_timer_init(loop, &q->hs_timer);
+        q->timer.data = q->hs_timer.data = q;
+        q->n_open_handles = 2;
+        *ret = q;
+        return 0;
+}
+
+static void queue_handle_closed(uv_handle_t *h) {
+        ExecQueue *q = h->data;
+
+        if (--q->n_open_handles == 0) {
+                free(q->kernel_id);
+                free(q->died_why);
+                free(q);
+        }
+}
+
+void exec_queue_free(ExecQueue *q) {
+        static const char msg[] = "the cell was aborted: its context was removed or the supervisor is exiting";
+        ExecCell *cell;
+
+        if (!q)
+                return;
+        /* No more starts, whatever on_done does. */
+        q->conn = NULL;
+        (void) uv_timer_stop(&q->hs_timer);
+        if ((cell = q->died)) {
+                q->died = NULL;
+                answer(cell, EXEC_ABORTED, NULL, msg);
+        }
+        if ((cell = q->run.cell)) {
+                q->run.cell = NULL;
+                answer(cell, EXEC_ABORTED, q->kernel_id, msg);
+        }
+        run_clear(q);
+        while ((cell = q->head)) {
+                queue_unlink(q, cell);
+                answer(cell, EXEC_ABORTED, NULL, msg);
+        }
+        uv_close((uv_handle_t *) &q->timer, queue_handle_closed);
+        uv_close((uv_handle_t *) &q->hs_timer, queue_handle_closed);
+}
+
+int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,
+                      ExecCell **ret) {
+        ExecCell *cell;
+        int r;
+
+        if (!q || !code || !opt || !sink || !sink->on_done)
+                return -EINVAL;
+        cell = calloc(1, sizeof *cell);
+        if (!cell)
+                return -ENOMEM;
+        cell->q = q;
+        cell->code = strdup(code);
+        cell->outputs = json_array();
+        cell->display_ids = json_array();
+        if (!cell->code || !cell->outputs || !cell->display_ids) {
+                cell_free(cell);
+                return -ENOMEM;
+        }
+        cell->opt = *opt;
+        cell->sink = *sink;
+        cell->userdata = userdata;
+        cell->execution_count = -1;
+        touch(q);
+
+        if (queue_can_start(q) && !q->head) {
+                r = queue_start(q, cell);
+                if (r < 0) {
+                        cell_free(cell);
+                        return r;
+                }
+        } else
+                queue_append(q, cell);
+        if (ret)
+                *ret = cell;
+        return 0;
+}
+
+void exec_cell_cancel(ExecCell *cell) {
+        ExecQueue *q;
+
+        if (!cell)
+                return;
+        q = cell->q;
+        if (cell->queued)
+                queue_unlink(q, cell);
+        else if (q->died == cell) {
+                q->died = NULL;
+                free(q->died_why);
+                q->died_why = NULL;
+        } else if (q->run.cell == cell) {
+                /* The kernel goes on until it answers; its messages are discarded then. */
+                q->run.cell = NULL;
+                q->run.in_grace = false;
+                (void) uv_timer_stop(&q->timer);
+                auto_interrupt(q);
+        }
+        cell_free(cell);
+}
+
+bool exec_queue_interrupt(ExecQueue *q) {
+        if (!q || !run_taken(q) || !q->conn)
+                return false;
+        if (q->hooks.interrupt)
+                q->hooks.interrupt(q->userdata);
+        return true;
+}
+
+bool exec_queue_busy(const ExecQueue *q) {
+        return q && run_taken(q);
+}
+
+size_t exec_queue_pending(const ExecQueue *q) {
+        return q ? q->n_pending : 0;
+}
+
+long long exec_queue_execution_count(const ExecQueue *q) {
+        return q ? q->execution_count : -1;
+}
+
+usec_t exec_queue_last_activity(const ExecQueue *q) {
+        return q ? q->last_activity : 0;
+}

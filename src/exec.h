@@ -1,0 +1,132 @@
+/* Running cells: one queue per context. Cells run one at a time in arrival
+ * order over the context's kept KernelConn; iopub messages are matched to
+ * their cell by parent msg_id and turned into nbformat v4 output dicts.
+ * The queue outlives kernels: when the kernel dies mid-cell, that cell is
+ * answered once the context has a new kernel (or gave up), naming it.
+ *
+ * Callbacks (sink and hooks) never run from inside exec_queue_submit,
+ * exec_cell_cancel or exec_queue_interrupt, except hooks->interrupt, which
+ * the latter two call. on_done may run from inside exec_queue_attach,
+ * exec_queue_give_up, exec_queue_free, exec_queue_on_reply and
+ * exec_queue_on_iopub; from on_done a caller may submit and cancel cells, but
+ * must not free the queue. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "jupyter.h"
+#include "macro.h"
+
+/* After an interrupt at a cell's timeout, how long the kernel has to answer
+ * before the cell is answered EXEC_TIMEOUT without its reply. */
+#define EXEC_INTERRUPT_GRACE_USEC (5 * USEC_PER_SEC)
+
+typedef struct ExecQueue ExecQueue;
+typedef struct ExecCell ExecCell;
+
+typedef enum ExecStatus {
+        EXEC_OK,      /* the cell ran; exit 0 */
+        EXEC_ERROR,   /* the cell raised; exit 7 */
+        EXEC_TIMEOUT, /* interrupted at its timeout; outputs so far; exit 6 */
+        EXEC_DIED,    /* the kernel died while it ran (or before it ran); exit 1 */
+        EXEC_ABORTED, /* the queue was shut down (context stopped, daemon exiting); exit 1 */
+        _EXEC_STATUS_MAX,
+} ExecStatus;
+
+const char *exec_status_to_string(ExecStatus s); /* "ok", "error", "timeout", "died", "aborted"; NULL out of range */
+
+typedef struct ExecResult {
+        ExecStatus status;
+        long long execution_count; /* -1 when unknown */
+        const char *kernel_id;     /* the kernel that ran it; for EXEC_DIED the new one, or NULL if none came */
+        json_t *outputs;           /* array of nbformat v4 output dicts, borrowed */
+        const char *message;       /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT: a sentence; else NULL */
+} ExecResult;
+
+typedef struct ExecSink {
+        /* Each output as it arrives (borrowed). May be NULL. These are the
+         * nbformat v4 dicts as they come, one per message: stream chunks are
+         * not merged; a display_data with a display_id carries
+         * "transient": {"display_id": ...}; update_display_data is streamed as
+         * {"output_type": "update_display_data", "data", "metadata",
+         * "transient"} and clear_output as {"output_type": "clear_output",
+         * "wait": bool}. */
+        void (*on_output)(void *userdata, const json_t *output);
+        /* Exactly once per cell, unless the cell was cancelled. The cell is
+         * freed after it returns. In result->outputs consecutive stream chunks
+         * of the same name are merged (as a notebook shows them), clear_output
+         * and update_display_data are applied, and only nbformat v4 keys are
+         * present. */
+        void (*on_done)(void *userdata, const ExecResult *result);
+} ExecSink;
+
+typedef struct ExecOptions {
+        usec_t timeout; /* USEC_INFINITY: none */
+        /* Bytes of output text kept (and streamed) per cell: stream text and
+         * the sizes of the data values. Beyond it a marker stream output on
+         * stderr, then nothing, except the first error output (it carries the
+         * cell's outcome). clear_output empties the collected outputs and
+         * their count, unless the limit was reached already. */
+        size_t output_limit;
+} ExecOptions;
+
+/* What the queue needs from its context. */
+typedef struct ExecHooks {
+        /* Interrupt the running cell: the context signals the kernel's process group with SIGINT. */
+        void (*interrupt)(void *userdata);
+        /* The queue started (true) or finished (false) running cells: the
+         * context shows busy. Not called by exec_queue_detach/give_up, which
+         * reset the queue to not busy silently: the context changes state then. */
+        void (*busy)(void *userdata, bool busy);
+} ExecHooks;
+
+int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);
+/* Aborts every cell (EXEC_ABORTED) and frees the queue after its timers close. */
+void exec_queue_free(ExecQueue *q);
+
+/* The context's kernel answered kernel_info: cells may run on conn (borrowed
+ * until detach). A cell that died with the previous kernel is answered now
+ * with EXEC_DIED naming kernel_id (copied), then the queue goes on. Before
+ * the first cell the queue makes sure iopub delivers (kernel_info_request
+ * until an iopub message arrives, as jupyter_client does), so replies and
+ * iopub messages of conn must be fed to it from now on. An attach without a
+ * detach first counts as a detach ("the kernel was replaced"). */
+void exec_queue_attach(ExecQueue *q, KernelConn *conn, const char *kernel_id);
+/* The kernel is gone (why: "killed by SIGKILL"). The running cell will be
+ * answered EXEC_DIED at the next attach, or at exec_queue_give_up. Queued
+ * cells wait for the next kernel. */
+void exec_queue_detach(ExecQueue *q, const char *why);
+/* The context will not get a kernel soon (stopped, failed): answer the died
+ * cell (kernel_id NULL) and every queued cell with EXEC_DIED/EXEC_ABORTED.
+ * Detaches first when still attached. The queue stays usable: cells
+ * submitted later wait for the next attach. */
+void exec_queue_give_up(ExecQueue *q, const char *why);
+
+/* Queues a cell. code is copied. *ret (may be NULL) is valid until on_done
+ * runs or exec_cell_cancel is called. Starts it at once when the queue is
+ * idle and attached. -EINVAL for a missing code or sink->on_done, -ENOMEM,
+ * or kernel_conn_send's error when it was to start at once (then nothing
+ * was queued and no callback will run). */
+int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,
+                      ExecCell **ret);
+/* The client went away: a queued cell is dropped; the running cell is
+ * interrupted (so it never blocks the context; at most one automatic
+ * interrupt per cell) and its reply discarded. on_done is not called for it. */
+void exec_cell_cancel(ExecCell *cell);
+
+/* Interrupts the running cell, if any (also one answered or cancelled but
+ * not yet finished in the kernel); returns whether there was one. */
+bool exec_queue_interrupt(ExecQueue *q);
+
+/* Feed from the context's KernelConn callbacks (every message: the queue
+ * picks its own by parent msg_id). */
+void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg);
+void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
+
+bool exec_queue_busy(const ExecQueue *q);
+size_t exec_queue_pending(const ExecQueue *q);            /* queued, not counting the running one */
+long long exec_queue_execution_count(const ExecQueue *q); /* the last one seen, -1 if none */
+usec_t exec_queue_last_activity(const ExecQueue *q);      /* CLOCK_REALTIME of the last submit/output/reply; 0 */
