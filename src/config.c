@@ -187,12 +187,6 @@ static bool strv_equal(char *const *a, char *const *b) {
         return true;
 }
 
-static bool streq_ptr(const char *a, const char *b) {
-        if (!a || !b)
-                return a == b;
-        return streq(a, b);
-}
-
 /* Splits on blanks. '…' quotes literally; "…" quotes with \" and \\ as the only escapes (any other backslash is
  * kept). Quoted and unquoted pieces next to each other make one word, as in a shell. */
 static int argv_split(const char *s, char ***ret, const char **ret_reason) {
@@ -1321,8 +1315,60 @@ static bool env_equal(char *const *a, char *const *b) {
         return true;
 }
 
+const char *context_config_process_change(const ContextConfig *a, const ContextConfig *b) {
+        if (!strv_equal(a->argv, b->argv))
+                return "argv";
+        if (!streq_ptr(a->user, b->user))
+                return "user";
+        if (!streq_ptr(a->group, b->group))
+                return "group";
+        if (!streq_ptr(a->cwd, b->cwd))
+                return "cwd";
+        if (!env_equal(a->env, b->env))
+                return "env";
+        if (!streq_ptr(a->connection_file, b->connection_file))
+                return "connection_file";
+        return NULL;
+}
+
 bool context_config_process_differs(const ContextConfig *a, const ContextConfig *b) {
-        return !strv_equal(a->argv, b->argv) || !streq_ptr(a->user, b->user) || !streq_ptr(a->group, b->group) ||
-               !streq_ptr(a->cwd, b->cwd) || !env_equal(a->env, b->env) ||
-               !streq_ptr(a->connection_file, b->connection_file);
+        return context_config_process_change(a, b) != NULL;
+}
+
+const char *context_config_setting_change(const ContextConfig *a, const ContextConfig *b) {
+        /* Every key of the table that does not shape the process: compared by its stored value. */
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const ConfigKey *k = &config_keys[i];
+                size_t size = value_size(k->type);
+                if (k->section != SECTION_CONTEXT || size == 0)
+                        continue;
+                if (memcmp((const char *) a + k->offset, (const char *) b + k->offset, size) != 0)
+                        return k->key;
+        }
+        return NULL;
+}
+
+ContextConfig *context_config_dup(const ContextConfig *cc) {
+        ContextConfig *d = calloc(1, sizeof *d);
+
+        if (!d)
+                return NULL;
+        *d = *cc;
+        d->name = d->source.file = d->connection_file = d->user = d->group = d->cwd = NULL;
+        d->argv = d->env = NULL;
+        if (!(d->name = strdup(cc->name)) || (cc->source.file && !(d->source.file = strdup(cc->source.file))) ||
+            (cc->connection_file && !(d->connection_file = strdup(cc->connection_file))) ||
+            (cc->user && !(d->user = strdup(cc->user))) || (cc->group && !(d->group = strdup(cc->group))) ||
+            (cc->cwd && !(d->cwd = strdup(cc->cwd))) || strv_copy(cc->argv, &d->argv) < 0 ||
+            strv_copy(cc->env, &d->env) < 0)
+                return context_config_free(d);
+        return d;
+}
+
+ContextConfig *context_config_free(ContextConfig *cc) {
+        if (cc) {
+                context_config_done(cc);
+                free(cc);
+        }
+        return NULL;
 }

@@ -91,3 +91,12 @@ int context_config_expand_argv(const ContextConfig *cc, const char *kernel_file,
 /* True when the settings that shape the running process differ (argv, user,
  * group, cwd, env, connection_file): a reload must restart the kernel. */
 bool context_config_process_differs(const ContextConfig *a, const ContextConfig *b);
+/* The first of those settings that differs ("argv", "user", "group", "cwd", "env", "connection_file"), or NULL. */
+const char *context_config_process_change(const ContextConfig *a, const ContextConfig *b);
+/* The first other setting that differs (restart, timeouts, heartbeat, output_limit, autostart ...), or NULL:
+ * those apply to a running kernel without a restart. */
+const char *context_config_setting_change(const ContextConfig *a, const ContextConfig *b);
+
+/* A deep copy that outlives its Config (a context owns one), and its free (NULL-safe, returns NULL). */
+ContextConfig *context_config_dup(const ContextConfig *cc);
+ContextConfig *context_config_free(ContextConfig *cc);

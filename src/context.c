@@ -31,7 +31,7 @@
 
 struct Context {
         Supervisor *sup;
-        const ContextConfig *cfg;
+        ContextConfig *cfg;     /* owned: a copy, so a reload can replace the Config */
         char *name;
 
         ContextStateKind state;
@@ -137,6 +137,7 @@ static void context_save(Context *c) {
 
 static void context_launch(Context *c);
 static void deadline_cb(uv_timer_t *t);
+static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
 
 /* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
@@ -294,6 +295,35 @@ ExecQueue *context_exec(Context *c) {
 
 const ContextConfig *context_config(const Context *c) {
         return c->cfg;
+}
+
+int context_set_config(Context *c, const ContextConfig *cc) {
+        ContextConfig *d = context_config_dup(cc);
+
+        if (!d)
+                return -ENOMEM;
+        /* The user is resolved again at the next launch: it may have changed. */
+        if (!streq_ptr(c->cfg->user, d->user) || !streq_ptr(c->cfg->group, d->group)) {
+                spawn_user_done(&c->user);
+                c->user_resolved = false;
+        }
+        context_config_free(c->cfg);
+        c->cfg = d;
+        /* A new heartbeat period applies from now. */
+        if (uv_is_active((uv_handle_t *) &c->hb_timer))
+                context_hb_start(c);
+        return 0;
+}
+
+bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]) {
+        if (!c->st.has_conn)
+                return false;
+        memcpy(ret, c->st.conn.ports, sizeof c->st.conn.ports);
+        return true;
+}
+
+int context_forget(Context *c) {
+        return context_state_remove(c->sup->state_dirfd, c->name);
 }
 
 /* ---- Heartbeat ---- */
@@ -876,7 +906,12 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                 return -ENOMEM;
         }
         c->sup = s;
-        c->cfg = cfg;
+        c->cfg = context_config_dup(cfg);
+        if (!c->cfg) {
+                free(c->name);
+                free(c);
+                return -ENOMEM;
+        }
         c->pidfd = -1;
         c->state = CONTEXT_STOPPED;
 
@@ -891,6 +926,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                         *ret_warning = NULL;
                 c->st = (ContextState){ 0 };
         } else if (r < 0 && r != -ENOENT) {
+                context_config_free(c->cfg);
                 free(c->name);
                 free(c);
                 return r;
@@ -900,6 +936,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         r = exec_queue_new(s->loop, &exec_hooks, c, &c->exec);
         if (r < 0) {
                 context_state_done(&c->st);
+                context_config_free(c->cfg);
                 free(c->name);
                 free(c);
                 return r;
@@ -1008,6 +1045,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
                 return;
         context_state_done(&c->st);
         spawn_user_done(&c->user);
+        context_config_free(c->cfg);
         free(c->pending_error);
         free(c->name);
         free(c);

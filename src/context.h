@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "connfile.h"
 #include "macro.h"
 #include "policy.h"
 #include "state.h"
@@ -39,6 +40,13 @@ uint64_t context_hb_answers(const Context *c);
 typedef struct ExecQueue ExecQueue;
 ExecQueue *context_exec(Context *c);
 const ContextConfig *context_config(const Context *c);
+/* Replaces the context's settings (copied) in place: for a reload that
+ * changes nothing the running process depends on. */
+int context_set_config(Context *c, const ContextConfig *cc);
+/* Its ports, when it has any yet. */
+bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]);
+/* Removes its persisted state (a context removed from the config). */
+int context_forget(Context *c);
 
 /* The sandbox was frozen: restart the deadlines from now. */
 void context_resumed(Context *c);

@@ -129,7 +129,7 @@ int main(int argc, char *argv[]) {
         /* A peer that hangs up mid-reply must not end us; writes see EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
         uv_loop_init(&loop);
-        r = supervisor_new(&loop, config, &s, &error);
+        r = supervisor_new(&loop, config, &defaults, &s, &error);
         if (r < 0) {
                 if (error)
                         log_error("%s", error);

@@ -57,6 +57,13 @@ static inline void strv_freep(char ***v) {
 
 #define streq(a, b) (strcmp((a), (b)) == 0)
 
+/* Equal strings, or both NULL. */
+static inline int streq_ptr(const char *a, const char *b) {
+        if (!a || !b)
+                return a == b;
+        return streq(a, b);
+}
+
 typedef unsigned long long usec_t;
 #define USEC_PER_SEC 1000000ULL
 #define USEC_PER_MSEC 1000ULL

@@ -61,19 +61,10 @@ int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret,
 
         if (!v)
                 return -ENOMEM;
-        for (size_t i = 0; i < s->n_contexts; i++) {
-                ContextState st;
-                const Context *c = s->contexts[i];
-                if (c == except)
-                        continue;
-                /* The state file is the truth for ports, also of contexts never launched in this run. */
-                if (context_state_load(s->state_dirfd, context_name(c), &st) < 0)
-                        continue;
-                if (st.has_conn)
-                        for (int ch = 0; ch < _CHANNEL_MAX; ch++)
-                                v[n++] = st.conn.ports[ch];
-                context_state_done(&st);
-        }
+        /* Every context's state is loaded at its creation, also of contexts never launched in this run. */
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (s->contexts[i] != except && context_ports(s->contexts[i], v + n))
+                        n += _CHANNEL_MAX;
         *ret = v;
         *ret_n = n;
         return 0;
@@ -117,12 +108,16 @@ not_yet:
 }
 
 static void supervisor_finish(Supervisor *s);
+static void retire_cb(uv_timer_t *t);
 
 static void supervisor_check_shutdown(Supervisor *s) {
         if (!s->stopping)
                 return;
         for (size_t i = 0; i < s->n_contexts; i++)
                 if (context_state(s->contexts[i]) != CONTEXT_STOPPED)
+                        return;
+        for (size_t i = 0; i < s->n_retiring; i++)
+                if (context_state(s->retiring[i]) != CONTEXT_STOPPED)
                         return;
         supervisor_finish(s);
 }
@@ -269,9 +264,247 @@ void supervisor_context_heartbeat(Supervisor *s, Context *c) {
 }
 
 void supervisor_context_changed(Supervisor *s, Context *c) {
+        if (context_state(c) == CONTEXT_STOPPED)
+                for (size_t i = 0; i < s->n_retiring; i++)
+                        if (s->retiring[i] == c)
+                                uv_timer_start(&s->retire_timer, retire_cb, 0, 0);
         waiters_check(s, c);
         supervisor_update_status(s);
         supervisor_check_shutdown(s);
+}
+
+/* ---- Reload ---- */
+
+/* Frees the removed contexts that have stopped, with their state, answering whoever still waited on them. */
+static void retire_cb(uv_timer_t *t) {
+        Supervisor *s = t->data;
+        size_t keep = 0;
+
+        for (size_t i = 0; i < s->n_retiring; i++) {
+                Context *c = s->retiring[i];
+                Waiter *w, *next;
+
+                if (context_state(c) != CONTEXT_STOPPED) {
+                        s->retiring[keep++] = c;
+                        continue;
+                }
+                waiters_check(s, c); /* a stop waiter is answered */
+                for (w = s->waiters; w; w = next) {
+                        next = w->next;
+                        if (w->ctx == c)
+                                waiter_answer(w, KS_ERR_NO_CONTEXT, NULL, "the context was removed");
+                }
+                (void) context_forget(c);
+                log_info("%s: removed", context_name(c));
+                context_free(c);
+        }
+        s->n_retiring = keep;
+        supervisor_check_shutdown(s);
+}
+
+static int report_add(json_t *list, json_t *item) {
+        return json_array_append_new(list, item) < 0 ? -ENOMEM : 0;
+}
+
+int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error) {
+        _cleanup_(config_freep) Config *new = NULL;
+        json_auto_t *added = json_array(), *removed = json_array(), *restarted = json_array(),
+                    *updated = json_array(), *not_applied = json_array();
+        Context **table = NULL, **created = NULL;
+        size_t n_created = 0, unchanged = 0;
+        ConfigDefaults d = {
+                .runtime_dir = s->default_runtime_dir,
+                .state_dir = s->default_state_dir,
+                .contexts_dir = s->default_contexts_dir,
+        };
+        const struct {
+                const char *key;
+                const char *a, *b;
+        } fixed[] = {
+                { "socket", s->config->socket_path, NULL },
+                { "runtime_dir", s->config->runtime_dir, NULL },
+                { "state_dir", s->config->state_dir, NULL },
+        };
+        int r;
+
+        if (!added || !removed || !restarted || !updated || !not_applied)
+                return -ENOMEM;
+        r = config_load(s->config->path, &d, &new, ret_error);
+        if (r < 0)
+                return r;
+
+        /* What only a restart of the daemon can change. */
+        const char *now[] = { new->socket_path, new->runtime_dir, new->state_dir };
+        for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
+                if (!streq(fixed[i].a, now[i])) {
+                        char msg[512];
+                        snprintf(msg, sizeof msg, "[supervisor] %s changed to %s: restart kernelsupd to apply it",
+                                 fixed[i].key, now[i]);
+                        if (report_add(not_applied, json_string(msg)) < 0)
+                                return -ENOMEM;
+                }
+
+        /* The plan, before anything is touched. */
+        for (size_t i = 0; i < new->n_contexts; i++) {
+                const ContextConfig *cc = &new->contexts[i];
+                Context *c = supervisor_find(s, cc->name);
+                const char *why;
+                if (!c)
+                        r = report_add(added, json_string(cc->name));
+                else if ((why = context_config_process_change(context_config(c), cc))) {
+                        char reason[64];
+                        snprintf(reason, sizeof reason, "%s changed", why);
+                        r = report_add(restarted, json_pack("{s:s, s:s}", "name", cc->name, "reason", reason));
+                } else if ((why = context_config_setting_change(context_config(c), cc)))
+                        r = report_add(updated, json_pack("{s:s, s:s}", "name", cc->name, "setting", why));
+                else
+                        unchanged++;
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (!config_find_context(new, context_name(s->contexts[i])) &&
+                    report_add(removed, json_string(context_name(s->contexts[i]))) < 0)
+                        return -ENOMEM;
+
+        if (!dry_run) {
+                /* Everything that can fail happens before the first change. */
+                table = calloc(new->n_contexts + 1, sizeof(Context *));
+                created = calloc(new->n_contexts + 1, sizeof(Context *));
+                Context **grown = realloc(s->retiring, sizeof(Context *) * (s->n_retiring + s->n_contexts + 1));
+                if (!table || !created || !grown) {
+                        free(table);
+                        free(created);
+                        return -ENOMEM;
+                }
+                s->retiring = grown;
+                for (size_t i = 0; i < new->n_contexts; i++) {
+                        _cleanup_free_ char *warning = NULL;
+                        Context *c = supervisor_find(s, new->contexts[i].name);
+                        if (c) {
+                                table[i] = c;
+                                continue;
+                        }
+                        r = context_new(s, &new->contexts[i], &table[i], &warning);
+                        if (r < 0) {
+                                for (size_t k = 0; k < n_created; k++)
+                                        context_free(created[k]);
+                                free(table);
+                                free(created);
+                                if (asprintf(ret_error, "Failed to set up context %s: %s", new->contexts[i].name,
+                                             strerror(-r)) < 0)
+                                        *ret_error = NULL;
+                                return r;
+                        }
+                        if (warning)
+                                log_warning("%s: %s", new->contexts[i].name, warning);
+                        created[n_created++] = table[i];
+                }
+
+                /* Apply. Removed contexts stop and are freed once stopped. */
+                for (size_t i = 0; i < s->n_contexts; i++) {
+                        Context *c = s->contexts[i];
+                        if (config_find_context(new, context_name(c)))
+                                continue;
+                        log_info("%s: removed from the configuration; stopping", context_name(c));
+                        s->retiring[s->n_retiring++] = c;
+                        context_stop(c);
+                }
+                for (size_t i = 0; i < new->n_contexts; i++) {
+                        const ContextConfig *cc = &new->contexts[i];
+                        Context *c = table[i];
+                        bool fresh = false, process;
+                        for (size_t k = 0; k < n_created && !fresh; k++)
+                                fresh = created[k] == c;
+                        if (fresh)
+                                continue;
+                        process = context_config_process_differs(context_config(c), cc);
+                        bool autostart_now = cc->autostart && !context_config(c)->autostart;
+                        if (context_set_config(c, cc) < 0) {
+                                log_error("%s: out of memory applying the new settings", cc->name);
+                                continue;
+                        }
+                        if (process && context_state(c) != CONTEXT_STOPPED) {
+                                log_info("%s: settings of its process changed; restarting", cc->name);
+                                context_restart(c);
+                        } else if (autostart_now && context_state(c) == CONTEXT_STOPPED)
+                                context_start(c);
+                }
+                free(s->contexts);
+                s->contexts = table;
+                s->n_contexts = new->n_contexts;
+                s->config->port_min = new->port_min;
+                s->config->port_max = new->port_max;
+                /* The directories stay as the daemon started with them (see not_applied). */
+                free(new->socket_path);
+                free(new->runtime_dir);
+                free(new->state_dir);
+                new->socket_path = TAKE_PTR(s->config->socket_path);
+                new->runtime_dir = TAKE_PTR(s->config->runtime_dir);
+                new->state_dir = TAKE_PTR(s->config->state_dir);
+                config_free(s->config);
+                s->config = TAKE_PTR(new);
+                for (size_t k = 0; k < n_created; k++)
+                        if (context_autostart(created[k]))
+                                context_start(created[k]);
+                free(created);
+                supervisor_update_status(s);
+        }
+
+        *ret_report = json_pack("{s:O, s:O, s:O, s:O, s:I, s:O}", "added", added, "removed", removed, "restarted",
+                                restarted, "updated", updated, "unchanged", (json_int_t) unchanged, "not_applied",
+                                not_applied);
+        return *ret_report ? 0 : -ENOMEM;
+}
+
+/* A reload's report as the log lines kernelctl also prints. */
+static void log_reload_report(const json_t *report) {
+        json_t *v;
+        size_t i;
+
+        json_array_foreach(json_object_get(report, "added"), i, v)
+                log_info("reload: added %s", json_string_value(v));
+        json_array_foreach(json_object_get(report, "restarted"), i, v)
+                log_info("reload: restarted %s (%s)", json_string_value(json_object_get(v, "name")),
+                         json_string_value(json_object_get(v, "reason")));
+        json_array_foreach(json_object_get(report, "updated"), i, v)
+                log_info("reload: updated %s in place (%s)", json_string_value(json_object_get(v, "name")),
+                         json_string_value(json_object_get(v, "setting")));
+        json_array_foreach(json_object_get(report, "removed"), i, v)
+                log_info("reload: removed %s", json_string_value(v));
+        json_array_foreach(json_object_get(report, "not_applied"), i, v)
+                log_warning("reload: %s", json_string_value(v));
+        log_info("reload: unchanged %lld", (long long) json_integer_value(json_object_get(report, "unchanged")));
+}
+
+/* Reload, announced to systemd; logs the outcome. */
+static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error) {
+        usec_t t0 = now_usec(CLOCK_MONOTONIC);
+        char d[32];
+        int r;
+
+        if (!dry_run)
+                notify_reloading(s->notify);
+        r = supervisor_reload(s, dry_run, ret_report, ret_error);
+        if (!dry_run) {
+                /* READY=1 again ends the reload for systemd, whatever its outcome. */
+                s->ready_sent = false;
+                supervisor_update_status(s);
+                if (!s->ready_sent) {
+                        s->ready_sent = true;
+                        notify_ready(s->notify, "reloaded");
+                        supervisor_update_status(s);
+                }
+        }
+        if (r < 0) {
+                log_error("reload rejected, nothing changed: %s", *ret_error ?: strerror(-r));
+                return r;
+        }
+        if (!dry_run) {
+                log_reload_report(*ret_report);
+                log_info("reload applied in %s", format_duration(d, sizeof d, now_usec(CLOCK_MONOTONIC) - t0));
+        }
+        return 0;
 }
 
 /* ---- Control methods ---- */
@@ -551,7 +784,166 @@ static void method_interrupt(ControlRequest *req, json_t *params, void *userdata
         control_request_reply(req, json_pack("{s:b}", "interrupted", any));
 }
 
+/* Changing the configuration is for root and the daemon's own user. */
+static bool peer_may_configure(ControlRequest *req) {
+        const ControlPeer *peer = control_request_peer(req);
+
+        if (peer->uid == 0 || peer->uid == getuid())
+                return true;
+        control_request_error(req, KS_ERR_PERMISSION, NULL, "permission denied: only root may change the configuration");
+        return false;
+}
+
+static void reload_reply(Supervisor *s, ControlRequest *req, bool dry_run) {
+        _cleanup_free_ char *error = NULL;
+        json_t *report = NULL;
+        int r;
+
+        r = supervisor_reload_announced(s, dry_run, &report, &error);
+        if (r < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s%s",
+                                             error ?: strerror(-r), error ? "" : "; nothing changed");
+        control_request_reply(req, report);
+}
+
+static void method_reload(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+
+        if (!peer_may_configure(req))
+                return;
+        if (s->stopping)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
+        reload_reply(s, req, json_is_true(json_object_get(params, "dry_run")));
+}
+
+/* contexts_dir, opened without following a symlink (created when missing). */
+static int open_contexts_dir(Supervisor *s) {
+        int r = mkdir_p(s->config->contexts_dir, 0755);
+
+        return r < 0 ? r : open_dir_nofollow(s->config->contexts_dir);
+}
+
+/* A value for one line of an INI file: no line breaks, no NUL, no leading blank. */
+static bool ini_value_ok(const char *v) {
+        return v && *v && !strpbrk(v, "\r\n") && v[0] != ' ' && v[0] != '\t';
+}
+
+/* add: writes contexts_dir/NAME.ini and reloads; a reload that fails removes the file again. */
+static void method_add(ControlRequest *req, json_t *params, void *userdata) {
+        static const char *const keys[] = { "user", "group", "cwd", "connection_file" };
+        Supervisor *s = userdata;
+        const char *name = json_string_value(json_object_get(params, "context"));
+        json_t *env = json_object_get(params, "env"), *v;
+        _cleanup_free_ char *text = NULL, *file = NULL, *error = NULL;
+        _cleanup_close_ int dirfd = -1;
+        size_t len = 0, i;
+        FILE *f;
+        json_t *report = NULL;
+        int r;
+
+        if (!peer_may_configure(req))
+                return;
+        if (!name || !context_name_valid(name))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
+        if (supervisor_find(s, name))
+                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
+        if (env && !json_is_array(env))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env must be an array of K=V strings");
+        f = open_memstream(&text, &len);
+        if (!f)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        fprintf(f, "; written by kernelctl add\n[context:%s]\n", name);
+        for (i = 0; i < ELEMENTSOF(keys); i++) {
+                json_t *kv = json_object_get(params, keys[i]);
+                if (!kv)
+                        continue;
+                if (!ini_value_ok(json_string_value(kv))) {
+                        fclose(f);
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                                     "%s must be a non-empty one-line string", keys[i]);
+                }
+                fprintf(f, "%s = %s\n", keys[i], json_string_value(kv));
+        }
+        json_array_foreach(env, i, v) {
+                if (!ini_value_ok(json_string_value(v)) || !strchr(json_string_value(v), '=')) {
+                        fclose(f);
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                                     "env entries must be one-line K=V strings");
+                }
+                fprintf(f, "env = %s\n", json_string_value(v));
+        }
+        if (fclose(f) != 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+
+        dirfd = open_contexts_dir(s);
+        if (dirfd < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot open %s: %s", s->config->contexts_dir,
+                                             strerror(-dirfd));
+        if (asprintf(&file, "%s.ini", name) < 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        if (faccessat(dirfd, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s/%s exists already",
+                                             s->config->contexts_dir, file);
+        r = write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
+        if (r < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot write %s/%s: %s",
+                                             s->config->contexts_dir, file, strerror(-r));
+        r = supervisor_reload_announced(s, false, &report, &error);
+        if (r < 0) {
+                (void) unlinkat(dirfd, file, 0);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept",
+                                             error ?: strerror(-r), s->config->contexts_dir, file);
+        }
+        control_request_reply(req, report);
+}
+
+/* remove: deletes contexts_dir/NAME.ini and reloads; a reload that fails puts the file back. */
+static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        const char *name = json_string_value(json_object_get(params, "context"));
+        _cleanup_free_ char *path = NULL, *file = NULL, *text = NULL, *error = NULL;
+        _cleanup_close_ int dirfd = -1;
+        const ContextConfig *cc;
+        json_t *report = NULL;
+        size_t len;
+        Context *c;
+        int r;
+
+        if (!peer_may_configure(req))
+                return;
+        if (!name || !context_name_valid(name))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
+        c = supervisor_find(s, name);
+        if (!c)
+                return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
+        cc = context_config(c);
+        if (asprintf(&file, "%s.ini", name) < 0 || asprintf(&path, "%s/%s", s->config->contexts_dir, file) < 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        if (!cc->source.file || !streq(cc->source.file, path))
+                return control_request_error(req, KS_ERR_FAILED, NULL,
+                                             "context %s is defined at %s:%u, not in %s: edit that file", name,
+                                             cc->source.file ?: "?", cc->source.line, path);
+        r = read_file(path, 1024 * 1024, &text, &len);
+        if (r >= 0)
+                dirfd = open_contexts_dir(s);
+        if (r < 0 || dirfd < 0 || unlinkat(dirfd, file, 0) < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot remove %s: %s", path,
+                                             strerror(r < 0 ? -r : dirfd < 0 ? -dirfd : errno));
+        r = supervisor_reload_announced(s, false, &report, &error);
+        if (r < 0) {
+                (void) write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
+                                             path);
+        }
+        control_request_reply(req, report);
+}
+
 static const ControlMethod methods[] = {
+        { "reload", method_reload, 0 },
+        { "add", method_add, 0 },
+        { "remove", method_remove, 0 },
         { "execute", method_execute, 0 },
         { "interrupt", method_interrupt, 0 },
         { "status", method_status, 0 },
@@ -649,7 +1041,15 @@ static void sigterm_cb(uv_signal_t *h, int signum) {
 }
 
 static void sighup_cb(uv_signal_t *h, int signum) {
-        log_notice("SIGHUP: reload is not implemented yet; restart kernelsupd to apply config changes");
+        Supervisor *s = h->data;
+        _cleanup_free_ char *error = NULL;
+        json_t *report = NULL;
+
+        if (s->stopping)
+                return;
+        log_info("SIGHUP: reloading %s", s->config->path);
+        if (supervisor_reload_announced(s, false, &report, &error) >= 0)
+                json_decref(report);
 }
 
 /* Every kernel has stopped: close what keeps the loop alive. */
@@ -668,6 +1068,11 @@ static void supervisor_finish(Supervisor *s) {
         uv_close((uv_handle_t *) &s->shutdown_timer, NULL);
         uv_timer_stop(&s->tick);
         uv_close((uv_handle_t *) &s->tick, NULL);
+        uv_timer_stop(&s->retire_timer);
+        uv_close((uv_handle_t *) &s->retire_timer, NULL);
+        for (size_t i = 0; i < s->n_retiring; i++)
+                context_free(s->retiring[i]);
+        s->n_retiring = 0;
         s->shutdown_timer.data = NULL;
         if (s->control) {
                 control_server_close(s->control);
@@ -695,7 +1100,8 @@ static int fail(char **ret_error, int r, const char *what, const char *path, con
         return r;
 }
 
-int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret_error) {
+int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaults, Supervisor **ret,
+                   char **ret_error) {
         _cleanup_free_ char *sockdir = NULL, *kdir = NULL, *cdir = NULL;
         Supervisor *s;
         const char *name;
@@ -707,6 +1113,13 @@ int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret
         s->loop = loop;
         s->config = config;
         s->state_dirfd = -1;
+        s->default_runtime_dir = strdup(defaults->runtime_dir);
+        s->default_state_dir = strdup(defaults->state_dir);
+        s->default_contexts_dir = strdup(defaults->contexts_dir);
+        if (!s->default_runtime_dir || !s->default_state_dir || !s->default_contexts_dir) {
+                r = -ENOMEM;
+                goto err;
+        }
         s->pid1 = getpid() == 1;
 
         r = mkdir_p(config->state_dir, 0700);
@@ -796,6 +1209,8 @@ int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret
         uv_signal_init(loop, &s->sig_chld);
         uv_timer_init(loop, &s->shutdown_timer);
         uv_timer_init(loop, &s->tick);
+        uv_timer_init(loop, &s->retire_timer);
+        s->retire_timer.data = s;
         s->sig_term.data = s->sig_int.data = s->sig_hup.data = s->sig_chld.data = s->shutdown_timer.data =
                 s->tick.data = s;
         uv_signal_start(&s->sig_term, sigterm_cb, SIGTERM);
@@ -847,6 +1262,10 @@ void supervisor_free(Supervisor *s) {
                 uv_run(s->loop, UV_RUN_NOWAIT);
         }
         free(s->contexts);
+        free(s->retiring);
+        free(s->default_runtime_dir);
+        free(s->default_state_dir);
+        free(s->default_contexts_dir);
         if (s->zmq)
                 zmq_ctx_term(s->zmq);
         if (s->state_dirfd >= 0)

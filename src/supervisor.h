@@ -24,6 +24,11 @@ typedef struct Supervisor {
 
         Context **contexts;       /* sorted by name, as config->contexts */
         size_t n_contexts;
+        Context **retiring;       /* removed by a reload, stopping; freed once stopped */
+        size_t n_retiring;
+        uv_timer_t retire_timer;  /* frees stopped retiring contexts outside their callbacks */
+        /* The directory defaults the config was loaded with, for reloads (owned copies). */
+        char *default_runtime_dir, *default_state_dir, *default_contexts_dir;
 
         ControlServer *control;
         Notify *notify;
@@ -43,7 +48,16 @@ typedef struct Supervisor {
 /* Takes config. Opens the state dir, bumps the generation, creates the
  * runtime directories, ends leftover kernels and binds the control socket.
  * *ret_error says what failed, naming the path. */
-int supervisor_new(uv_loop_t *loop, Config *config, Supervisor **ret, char **ret_error);
+int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaults, Supervisor **ret,
+                   char **ret_error);
+
+/* Reads the config again and applies the difference: new contexts start,
+ * removed ones stop, a context whose process settings changed restarts, other
+ * setting changes apply in place, the rest is not touched. A config with any
+ * error changes nothing (-EINVAL, *ret_error names file and line). *ret_report:
+ * {"added": [names], "removed": [names], "restarted": [{"name", "reason"}],
+ *  "updated": [{"name", "setting"}], "unchanged": N, "not_applied": [sentences]}. */
+int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error);
 
 /* Starts the autostart contexts and runs the loop until a clean shutdown;
  * returns the process exit code. */
