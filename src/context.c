@@ -352,6 +352,11 @@ static void hb_timer_cb(uv_timer_t *t) {
                 log_warning("%s: kernel %s %s", c->name, c->st.kernel_id, msg);
                 context_set_error(c, msg);
                 context_restart(c);
+                /* It answers nothing, so asking it to shut down only costs stop_timeout. */
+                if (c->pid > 0) {
+                        (void) kill(-c->pid, SIGKILL);
+                        c->stop_phase = 2;
+                }
                 return;
         }
         if (c->conn && kernel_conn_ping(c->conn) >= 0)
@@ -423,9 +428,12 @@ static void context_became_ready(Context *c) {
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
         uv_timer_start(&c->info_timer, info_timer_cb, c->cfg->backoff_reset / USEC_PER_MSEC, 0);
-        context_set_error(c, c->pending_error);
-        free(c->pending_error);
-        c->pending_error = NULL;
+        /* last_error keeps the last failure (status shows it beside last_exit) unless this launch has a note. */
+        if (c->pending_error) {
+                context_set_error(c, c->pending_error);
+                free(c->pending_error);
+                c->pending_error = NULL;
+        }
         context_save(c);
         if (c->adopting)
                 log_info("%s: adopted kernel %s (pid %d, incarnation %llu): it answers, its namespace is kept",
@@ -829,6 +837,8 @@ static void stop_timer_cb(uv_timer_t *t) {
         if (c->stop_phase == 0) {
                 log_info("%s: kernel did not stop on shutdown_request; sending SIGTERM", c->name);
                 (void) kill(-c->pid, SIGTERM);
+                /* A stopped process acts on SIGTERM only once it runs again. */
+                (void) kill(-c->pid, SIGCONT);
                 c->stop_phase = 1;
                 uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
         } else {
@@ -846,19 +856,22 @@ static void context_begin_stop(Context *c) {
         case CONTEXT_STARTING:
         case CONTEXT_READY:
         case CONTEXT_BUSY:
-        case CONTEXT_UNRESPONSIVE:
+        case CONTEXT_UNRESPONSIVE: {
+                bool starting = c->state == CONTEXT_STARTING;
                 c->stop_phase = 0;
                 context_set_state(c, CONTEXT_STOPPING);
-                if (c->conn && c->state != CONTEXT_STARTING)
+                if (c->conn && !starting)
                         (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "shutdown_request",
                                                 json_pack("{s:b}", "restart", 0), NULL);
-                /* A kernel still starting gets no request it could not answer: SIGTERM at once. */
-                if (!c->conn) {
+                /* A kernel still starting gets no request it could not answer yet: SIGTERM at once. */
+                if (!c->conn || starting) {
                         (void) kill(-c->pid, SIGTERM);
+                        (void) kill(-c->pid, SIGCONT);
                         c->stop_phase = 1;
                 }
                 uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
                 break;
+        }
         case CONTEXT_BACKOFF:
         case CONTEXT_FAILED:
                 context_set_state(c, CONTEXT_STOPPED);

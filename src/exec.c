@@ -15,7 +15,7 @@
 /* A kernel that has just answered an execute_request with an error aborts
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
-#define ABORTED_RETRIES 0
+#define ABORTED_RETRIES 3
 
 struct ExecCell {
         ExecQueue *q;

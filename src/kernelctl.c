@@ -28,6 +28,13 @@
 #define MAX_TIMEOUT_USEC (86400 * USEC_PER_SEC)
 
 #define STATUS_WAIT_USEC (15 * USEC_PER_SEC)
+#define CHECK_TIMEOUT_USEC (10 * USEC_PER_SEC)
+#define WAIT_TIMEOUT_USEC (60 * USEC_PER_SEC)
+/* exec waits this much beyond the cell's timeout: the kernel has 5 s to
+ * answer the interrupt, and the outputs take time to arrive. */
+#define EXEC_GRACE_USEC (10 * USEC_PER_SEC)
+/* How often check and wait try to connect while the daemon is not listening yet. */
+#define CONNECT_RETRY_USEC (50 * USEC_PER_MSEC)
 #define STOP_WAIT_USEC (60 * USEC_PER_SEC)
 #define START_TIMEOUT_USEC (60 * USEC_PER_SEC)
 /* start and restart wait this much beyond the timeout the daemon itself applies. */
@@ -36,7 +43,10 @@
 typedef struct Options {
         const char *socket;
         bool json;
-        usec_t timeout; /* USEC_INFINITY when not given */
+        bool stream;        /* exec: JSON lines as outputs arrive */
+        bool traceback;     /* exec: whole tracebacks */
+        const char *expect; /* check: the kernel_id the caller saved */
+        usec_t timeout;     /* USEC_INFINITY when not given */
 } Options;
 
 typedef struct Command {
@@ -52,6 +62,13 @@ static void help(void) {
                "\n"
                "Commands:\n"
                "  status [CTX...]      state of the daemon and its contexts\n"
+               "  exec CTX [CODE|-]    run a cell in the context's kernel (code from stdin\n"
+               "                       without CODE or with -) and print its outputs\n"
+               "  interrupt CTX        interrupt the cell running in a context\n"
+               "  check CTX            wait until the context is ready and answers; with\n"
+               "                       --expect, say whether it is still that kernel\n"
+               "  wait [CTX...]        wait until the contexts (default: the autostart\n"
+               "                       ones) are ready\n"
                "  start CTX            start a context and wait until its kernel answers\n"
                "  stop CTX             stop a context's kernel\n"
                "  restart CTX          replace a context's kernel with a new one\n"
@@ -63,12 +80,18 @@ static void help(void) {
                "  --json               print the daemon's reply as JSON\n"
                "  --timeout SECONDS    how long start, restart and stop may take (start and\n"
                "                       restart: default 60); for status, how long to wait\n"
-               "                       for the reply (default 15)\n"
+               "                       for the reply (default 15); exec: the cell's timeout\n"
+               "                       (default none); check: default 10; wait: default 60\n"
+               "  --stream             exec: print each output as a JSON line as it arrives,\n"
+               "                       then the result\n"
+               "  --traceback          exec: print the whole traceback of an error\n"
+               "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
                "  --version            print the version of kernelctl\n"
                "  -h, --help           show this help\n"
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
-               "4 permission denied, 5 no such context, 6 timed out.\n"
+               "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
+               "8 kernel replaced (namespace lost).\n"
                "See kernelctl(1).\n");
 }
 
@@ -122,7 +145,8 @@ static double usec_to_seconds(usec_t u) {
         return (double) u / (double) USEC_PER_SEC;
 }
 
-static int connect_daemon(const char *path, usec_t wait, int *ret_fd) {
+/* Connects to the control socket: 0, or -errno of socket() or connect(). */
+static int connect_raw(const char *path, usec_t wait, int *ret_fd) {
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct timeval tv = {
@@ -130,40 +154,81 @@ static int connect_daemon(const char *path, usec_t wait, int *ret_fd) {
                 .tv_usec = (suseconds_t) (wait % USEC_PER_SEC),
         };
 
-        if (strlen(path) >= sizeof sa.sun_path)
-                return usage_error("socket path too long: %s", path);
         memcpy(sa.sun_path, path, strlen(path) + 1);
-
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return fail(EXIT_FAILED, "cannot create a socket: %s.", strerror(errno));
+                return -errno;
         /* connect() on a Unix socket whose backlog is full blocks for up to SO_SNDTIMEO,
          * so a wedged daemon cannot hold us past the timeout. */
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        while (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
-                int e = errno;
-
-                switch (e) {
-                case EINTR:
-                        continue;
-                case ENOENT:
-                case ECONNREFUSED:
-                case ENOTSOCK:
-                case ENOTDIR:
-                        return fail(EXIT_UNREACHABLE, "kernelsupd is not running: cannot connect to %s (%s).", path,
-                                    strerror(e));
-                case EACCES:
-                case EPERM:
-                        return fail(EXIT_PERMISSION, "permission denied on %s.", path);
-                case EAGAIN:
-                case EINPROGRESS:
-                        return fail(EXIT_TIMEOUT, "no reply from kernelsupd within %g s.", usec_to_seconds(wait));
-                default:
-                        return fail(EXIT_UNREACHABLE, "cannot connect to %s (%s).", path, strerror(e));
-                }
-        }
+        while (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+                if (errno != EINTR)
+                        return -errno;
         *ret_fd = TAKE_FD(fd);
-        return EXIT_OK;
+        return 0;
+}
+
+/* Nobody listens (yet): the daemon is not running, or still starting. */
+static bool connect_error_unreachable(int e) {
+        return e == ENOENT || e == ECONNREFUSED || e == ENOTSOCK || e == ENOTDIR;
+}
+
+static int connect_failed(const char *path, usec_t wait, int e) {
+        switch (e) {
+        case ENOENT:
+        case ECONNREFUSED:
+        case ENOTSOCK:
+        case ENOTDIR:
+                return fail(EXIT_UNREACHABLE, "kernelsupd is not running: cannot connect to %s (%s).", path,
+                            strerror(e));
+        case EACCES:
+        case EPERM:
+                return fail(EXIT_PERMISSION, "permission denied on %s.", path);
+        case EAGAIN:
+        case EINPROGRESS:
+                return fail(EXIT_TIMEOUT, "no reply from kernelsupd within %g s.", usec_to_seconds(wait));
+        default:
+                return fail(EXIT_UNREACHABLE, "cannot connect to %s (%s).", path, strerror(e));
+        }
+}
+
+static bool socket_path_ok(const char *path) {
+        return strlen(path) < sizeof(((struct sockaddr_un *) NULL)->sun_path);
+}
+
+static int connect_daemon(const char *path, usec_t wait, int *ret_fd) {
+        int r;
+
+        if (!socket_path_ok(path))
+                return usage_error("socket path too long: %s", path);
+        r = connect_raw(path, wait, ret_fd);
+        if (r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -ENOBUFS || r == -EAFNOSUPPORT)
+                return fail(EXIT_FAILED, "cannot create a socket: %s.", strerror(-r));
+        return r < 0 ? connect_failed(path, wait, -r) : EXIT_OK;
+}
+
+/* check and wait: the daemon may be starting (or restarting): try again
+ * while nobody listens, until deadline (CLOCK_MONOTONIC). */
+static int connect_retry(const char *path, usec_t deadline, usec_t total, int *ret_fd) {
+        if (!socket_path_ok(path))
+                return usage_error("socket path too long: %s", path);
+        for (;;) {
+                usec_t now = now_usec(CLOCK_MONOTONIC), nap;
+                int r = connect_raw(path, deadline > now ? deadline - now : 1, ret_fd);
+
+                if (r >= 0)
+                        return EXIT_OK;
+                if (!connect_error_unreachable(-r))
+                        return connect_failed(path, total, -r);
+                now = now_usec(CLOCK_MONOTONIC);
+                if (now >= deadline)
+                        return fail(EXIT_UNREACHABLE, "kernelsupd did not become reachable on %s within %g s (%s).",
+                                    path, usec_to_seconds(total), strerror(-r));
+                nap = deadline - now < CONNECT_RETRY_USEC ? deadline - now : CONNECT_RETRY_USEC;
+                (void) nanosleep(&(struct timespec){ .tv_sec = (time_t) (nap / USEC_PER_SEC),
+                                                     .tv_nsec = (long) (nap % USEC_PER_SEC) * 1000 },
+                                 NULL);
+        }
 }
 
 static int send_all(int fd, const char *data, size_t len) {
@@ -182,11 +247,11 @@ static int send_all(int fd, const char *data, size_t len) {
 }
 
 /* Prints a daemon error and returns its exit code. */
-static int report_error(const RpcMessage *m) {
-        _cleanup_free_ char *text = sanitize(m->message, true);
+static int report_error(int code, const char *message) {
+        _cleanup_free_ char *text = sanitize(message, true);
 
         fprintf(stderr, "kernelctl: %s\n", text ?: "error");
-        return protocol_exit_code(m->code);
+        return protocol_exit_code(code);
 }
 
 /* The reply to our request: an answer with our id, or an error the daemon
@@ -197,11 +262,29 @@ static bool message_is_ours(const RpcMessage *m) {
         return m->kind == RPC_ERROR && json_is_null(m->id);
 }
 
-/* Sends one request and waits up to wait for its reply. On success the
- * result is returned in *ret_result; otherwise the problem is printed and
- * the exit code returned. */
-static int call(const Options *o, const char *method, json_t *params, usec_t wait, json_t **ret_result) {
-        _cleanup_close_ int fd = -1;
+/* The daemon's answer: its result, or its error. */
+typedef struct Reply {
+        json_t *result; /* NULL for an error */
+        int code;
+        char *message;
+        json_t *data; /* of an error; may be NULL */
+} Reply;
+
+static void reply_done(Reply *r) {
+        json_decref(r->result);
+        json_decref(r->data);
+        free(r->message);
+        *r = (Reply){};
+}
+
+typedef void (*notify_fn)(const RpcMessage *m, void *userdata);
+
+/* Sends one request on fd and waits up to wait (USEC_INFINITY: for ever)
+ * for its reply, handing notifications to on_notify (may be NULL). Returns
+ * EXIT_OK with *ret set when the daemon answered (with a result or an
+ * error); otherwise prints the problem and returns the exit code. */
+static int transact(int fd, const char *method, json_t *params, usec_t wait, notify_fn on_notify, void *userdata,
+                    Reply *ret) {
         _cleanup_free_ char *request = NULL, *buf = NULL;
         size_t len = 0, alloc = 0;
         usec_t deadline;
@@ -210,17 +293,17 @@ static int call(const Options *o, const char *method, json_t *params, usec_t wai
         request = protocol_request(REQUEST_ID, method, params);
         if (!request)
                 return fail(EXIT_FAILED, "out of memory.");
-        r = connect_daemon(o->socket, wait, &fd);
-        if (r != EXIT_OK)
-                return r;
+        if (strlen(request) - 1 > PROTOCOL_MAX_LINE)
+                return fail(EXIT_FAILED, "the request is too large (%zu bytes; kernelsupd takes at most %d).",
+                            strlen(request) - 1, PROTOCOL_MAX_LINE);
         /* A daemon that refuses us says why on a line and closes: read it even if the send failed. */
         send_error = send_all(fd, request, strlen(request));
-        deadline = now_usec(CLOCK_MONOTONIC) + wait;
+        deadline = wait == USEC_INFINITY ? USEC_INFINITY : now_usec(CLOCK_MONOTONIC) + wait;
 
         for (;;) {
                 char *nl = len ? memchr(buf, '\n', len) : NULL;
                 struct pollfd p = { .fd = fd, .events = POLLIN };
-                usec_t now;
+                int poll_ms = -1;
                 ssize_t k;
 
                 if (nl) {
@@ -232,25 +315,35 @@ static int call(const Options *o, const char *method, json_t *params, usec_t wai
                         len -= n + 1;
                         if (r < 0)
                                 return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
-                        /* Notifications (streamed output) have no use yet for these commands. */
-                        if (m.kind == RPC_NOTIFICATION || !message_is_ours(&m)) {
+                        if (m.kind == RPC_NOTIFICATION) {
+                                if (on_notify)
+                                        on_notify(&m, userdata);
                                 rpc_message_done(&m);
                                 continue;
                         }
-                        if (m.kind == RPC_ERROR) {
-                                r = report_error(&m);
+                        if (!message_is_ours(&m)) {
                                 rpc_message_done(&m);
-                                return r;
+                                continue;
                         }
-                        *ret_result = json_incref(m.result);
+                        *ret = (Reply){
+                                .result = m.kind == RPC_RESULT ? json_incref(m.result) : NULL,
+                                .code = m.code,
+                                .message = m.kind == RPC_ERROR ? strdup(m.message ?: "error") : NULL,
+                                .data = m.kind == RPC_ERROR ? json_incref(m.data) : NULL,
+                        };
                         rpc_message_done(&m);
                         return EXIT_OK;
                 }
 
-                now = now_usec(CLOCK_MONOTONIC);
-                if (now >= deadline)
-                        return fail(EXIT_TIMEOUT, "no reply from kernelsupd within %g s.", usec_to_seconds(wait));
-                r = poll(&p, 1, (int) ((deadline - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC));
+                if (deadline != USEC_INFINITY) {
+                        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+                        if (now >= deadline)
+                                return fail(EXIT_TIMEOUT, "no reply from kernelsupd within %g s.",
+                                            usec_to_seconds(wait));
+                        poll_ms = (int) ((deadline - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC);
+                }
+                r = poll(&p, 1, poll_ms);
                 if (r < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -283,6 +376,31 @@ static int call(const Options *o, const char *method, json_t *params, usec_t wai
                 }
                 len += (size_t) k;
         }
+}
+
+/* Sends one request and waits up to wait for its reply. On success the
+ * result is returned in *ret_result; otherwise the problem is printed and
+ * the exit code returned. */
+static int call(const Options *o, const char *method, json_t *params, usec_t wait, json_t **ret_result) {
+        json_auto_t *owned = params;
+        _cleanup_close_ int fd = -1;
+        Reply reply = {};
+        int r;
+
+        r = connect_daemon(o->socket, wait, &fd);
+        if (r != EXIT_OK)
+                return r;
+        r = transact(fd, method, TAKE_PTR(owned), wait, NULL, NULL, &reply);
+        if (r != EXIT_OK)
+                return r;
+        if (!reply.result) {
+                r = report_error(reply.code, reply.message);
+                reply_done(&reply);
+                return r;
+        }
+        *ret_result = TAKE_PTR(reply.result);
+        reply_done(&reply);
+        return EXIT_OK;
 }
 
 static int print_json(const json_t *j) {
@@ -526,9 +644,492 @@ static int cmd_version(const Options *o, char **args, unsigned n_args) {
         return version();
 }
 
+/* ---- exec ---- */
+
+/* Removes ANSI escape sequences (CSI: ESC [ parameters final-byte; and
+ * two-byte ESC X) in place: IPython colours its tracebacks. */
+static void strip_ansi(char *s) {
+        char *w = s;
+
+        for (const char *p = s; *p;) {
+                if (*p != '\033') {
+                        *w++ = *p++;
+                        continue;
+                }
+                p++;
+                if (*p == '[') {
+                        p++;
+                        while (*p && !(*p >= 0x40 && *p <= 0x7e))
+                                p++;
+                        if (*p)
+                                p++;
+                } else if (*p)
+                        p++;
+        }
+        *w = '\0';
+}
+
+/* Whether the last text written to stdout did not end its line: the summary goes on a line of its own. */
+static bool stdout_mid_line;
+
+/* Text mode: an output as a notebook shows it. */
+static void print_output(const Options *o, const json_t *out) {
+        const char *type = object_string(out, "output_type");
+
+        if (!type)
+                return;
+        if (streq(type, "stream")) {
+                const json_t *text = json_object_get(out, "text");
+                const char *name = object_string(out, "name");
+                FILE *f = name && streq(name, "stderr") ? stderr : stdout;
+
+                if (!json_is_string(text))
+                        return;
+                /* Another stream may follow: keep the two in the order they came. */
+                fflush(f == stdout ? stderr : stdout);
+                fwrite(json_string_value(text), 1, json_string_length(text), f);
+                fflush(f);
+                if (f == stdout && json_string_length(text) > 0)
+                        stdout_mid_line = json_string_value(text)[json_string_length(text) - 1] != '\n';
+        } else if (streq(type, "execute_result") || streq(type, "display_data") ||
+                   streq(type, "update_display_data")) {
+                const json_t *data = json_object_get(out, "data");
+                const char *plain = object_string(data, "text/plain");
+
+                fflush(stderr);
+                if (stdout_mid_line)
+                        putchar('\n');
+                stdout_mid_line = false;
+                if (plain) {
+                        size_t n = strlen(plain);
+
+                        fputs(plain, stdout);
+                        if (n == 0 || plain[n - 1] != '\n')
+                                putchar('\n');
+                } else if (json_is_object(data)) {
+                        /* No text to show: say what there is, e.g. "[image/png]". */
+                        const char *mime;
+                        json_t *v;
+                        bool first = true;
+
+                        putchar('[');
+                        json_object_foreach((json_t *) data, mime, v) {
+                                _cleanup_free_ char *m = sanitize(mime, false);
+
+                                printf("%s%s", first ? "" : ", ", m ?: "?");
+                                first = false;
+                        }
+                        puts("]");
+                }
+                fflush(stdout);
+        } else if (streq(type, "error")) {
+                const json_t *tb = json_object_get(out, "traceback"), *line;
+                size_t i;
+
+                fflush(stdout);
+                if (o->traceback && json_array_size(tb) > 0) {
+                        bool keep_colour = isatty(STDERR_FILENO);
+
+                        json_array_foreach(tb, i, line) {
+                                _cleanup_free_ char *t = strdup(json_string_value(line) ?: "");
+
+                                if (!t)
+                                        continue;
+                                if (!keep_colour)
+                                        strip_ansi(t);
+                                fprintf(stderr, "%s\n", t);
+                        }
+                } else {
+                        _cleanup_free_ char *ename = strdup(object_string(out, "ename") ?: "Error");
+                        _cleanup_free_ char *evalue = strdup(object_string(out, "evalue") ?: "");
+
+                        if (ename && evalue) {
+                                strip_ansi(ename);
+                                strip_ansi(evalue);
+                                fprintf(stderr, "%s%s%s\n", ename, *evalue ? ": " : "", evalue);
+                        }
+                }
+                fflush(stderr);
+        }
+        /* clear_output: a terminal cannot take back what it printed. */
+}
+
+static void print_json_line(const json_t *j) {
+        if (json_dumpf(j, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) == 0)
+                putchar('\n');
+        fflush(stdout);
+}
+
+typedef struct ExecState {
+        const Options *o;
+        unsigned n_outputs; /* notifications received */
+} ExecState;
+
+static void exec_on_notify(const RpcMessage *m, void *userdata) {
+        ExecState *st = userdata;
+        const json_t *out = json_object_get(m->params, "output");
+
+        if (!m->method || !streq(m->method, "output") || !json_is_object(out))
+                return;
+        st->n_outputs++;
+        if (st->o->stream)
+                print_json_line(out);
+        else if (!st->o->json)
+                print_output(st->o, out);
+}
+
+/* Reads the whole of stdin, up to the largest request the daemon takes. */
+static int read_code(char **ret) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0, alloc = 0;
+
+        for (;;) {
+                ssize_t k;
+
+                if (alloc - len < 4096) {
+                        char *b;
+
+                        if (alloc > PROTOCOL_MAX_LINE)
+                                return fail(EXIT_FAILED, "the cell is too large (kernelsupd takes at most %d bytes).",
+                                            PROTOCOL_MAX_LINE);
+                        b = realloc(buf, alloc * 2 + 65536);
+                        if (!b)
+                                return fail(EXIT_FAILED, "out of memory.");
+                        buf = b;
+                        alloc = alloc * 2 + 65536;
+                }
+                k = read(STDIN_FILENO, buf + len, alloc - len - 1);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return fail(EXIT_FAILED, "cannot read the cell from standard input: %s.", strerror(errno));
+                }
+                if (k == 0)
+                        break;
+                len += (size_t) k;
+        }
+        buf[len] = '\0';
+        if (memchr(buf, '\0', len))
+                return fail(EXIT_FAILED, "the cell contains a NUL byte.");
+        *ret = TAKE_PTR(buf);
+        return EXIT_OK;
+}
+
+static int exec_exit_code(const char *status) {
+        if (!status)
+                return EXIT_FAILED;
+        if (streq(status, "ok"))
+                return EXIT_OK;
+        if (streq(status, "error"))
+                return EXIT_CELL_ERROR;
+        if (streq(status, "timeout"))
+                return EXIT_TIMEOUT;
+        return EXIT_FAILED;
+}
+
+/* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]". */
+static void print_exec_summary(const char *status, const json_t *count, const json_t *kernel_id, bool died) {
+        _cleanup_free_ char *st = sanitize(status ?: "?", false);
+
+        if (stdout_mid_line)
+                putchar('\n');
+        if (died && streq(status ?: "", "died")) {
+                _cleanup_free_ char *k =
+                        json_is_string(kernel_id) ? sanitize(json_string_value(kernel_id), false) : NULL;
+                if (k)
+                        printf("[%s: kernel now %s]\n", st ?: "?", k);
+                else
+                        printf("[%s: no kernel]\n", st ?: "?");
+        } else if (!died && json_is_integer(count))
+                printf("[%s #%lld]\n", st ?: "?", (long long) json_integer_value(count));
+        else
+                printf("[%s]\n", st ?: "?");
+}
+
+static int cmd_exec(const Options *o, char **args, unsigned n_args) {
+        _cleanup_free_ char *stdin_code = NULL;
+        json_auto_t *params = NULL;
+        _cleanup_close_ int fd = -1;
+        ExecState st = { .o = o };
+        Reply reply = {};
+        const char *code;
+        const json_t *body, *outputs;
+        const char *status;
+        bool failed;
+        usec_t wait;
+        int r;
+
+        if (!context_name_valid(args[0]))
+                return usage_error("invalid context name: '%s'", args[0]);
+        if (n_args < 2 || streq(args[1], "-")) {
+                r = read_code(&stdin_code);
+                if (r != EXIT_OK)
+                        return r;
+                code = stdin_code;
+        } else
+                code = args[1];
+
+        params = json_pack("{s:s, s:s}", "context", args[0], "code", code);
+        if (!params)
+                /* jansson takes only UTF-8. */
+                return fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
+        if (o->timeout != USEC_INFINITY &&
+            json_object_set_new(params, "timeout",
+                                o->timeout % USEC_PER_SEC == 0 ? json_integer((json_int_t) (o->timeout / USEC_PER_SEC))
+                                                               : json_real(usec_to_seconds(o->timeout))) < 0)
+                return fail(EXIT_FAILED, "out of memory.");
+        /* Without a cell timeout the cell may run for ever, and so may we. */
+        wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
+
+        r = connect_daemon(o->socket, STATUS_WAIT_USEC, &fd);
+        if (r != EXIT_OK)
+                return r;
+        r = transact(fd, "execute", TAKE_PTR(params), wait, exec_on_notify, &st, &reply);
+        if (r != EXIT_OK)
+                return r;
+
+        /* A cell that did not run to its end (the kernel died, the context
+         * stopped) comes as an error whose data is the result. */
+        failed = !reply.result;
+        body = failed ? reply.data : reply.result;
+        status = object_string(body, "status");
+        if (failed && (!json_is_object(body) || !status)) {
+                r = report_error(reply.code, reply.message);
+                reply_done(&reply);
+                return r;
+        }
+        if (!json_is_object(body) || !status) {
+                reply_done(&reply);
+                return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+        }
+        outputs = json_object_get(body, "outputs");
+
+        if (o->json || o->stream) {
+                json_auto_t *shown = json_deep_copy(body);
+
+                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0)) {
+                        reply_done(&reply);
+                        return fail(EXIT_FAILED, "out of memory.");
+                }
+                if (o->stream)
+                        print_json_line(shown);
+                else
+                        (void) print_json(shown);
+        } else {
+                const json_t *out;
+                size_t i;
+
+                /* A daemon that streamed nothing: the outputs are in the result. */
+                if (st.n_outputs == 0)
+                        json_array_foreach(outputs, i, out) {
+                                print_output(o, out);
+                        }
+                if (failed)
+                        (void) report_error(reply.code, reply.message);
+                print_exec_summary(status, json_object_get(body, "execution_count"),
+                                   json_object_get(body, "kernel_id"), failed);
+        }
+        r = failed ? EXIT_FAILED : exec_exit_code(status);
+        reply_done(&reply);
+        return r;
+}
+
+static int cmd_interrupt(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *result = NULL;
+        const json_t *any;
+        int r;
+
+        if (!context_name_valid(args[0]))
+                return usage_error("invalid context name: '%s'", args[0]);
+        r = call(o, "interrupt", json_pack("{s:s}", "context", args[0]),
+                 o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, &result);
+        if (r != EXIT_OK)
+                return r;
+        any = json_object_get(result, "interrupted");
+        if (!json_is_boolean(any))
+                return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+        if (o->json)
+                return print_json(result);
+        puts(json_is_true(any) ? "interrupted" : "nothing running");
+        return EXIT_OK;
+}
+
+/* ---- check and wait ---- */
+
+static json_t *seconds_json(usec_t u) {
+        return u % USEC_PER_SEC == 0 ? json_integer((json_int_t) (u / USEC_PER_SEC)) : json_real(usec_to_seconds(u));
+}
+
+/* "state X: last_error" or "state X". */
+static char *describe_not_ready(const json_t *ctx) {
+        _cleanup_free_ char *state = sanitize(object_string(ctx, "state") ?: "unknown", false);
+        _cleanup_free_ char *error =
+                object_string(ctx, "last_error") ? sanitize(object_string(ctx, "last_error"), false) : NULL;
+        char *s;
+
+        if (!state)
+                return NULL;
+        if (asprintf(&s, "state %s%s%s", state, error ? ": " : "", error ?: "") < 0)
+                return NULL;
+        return s;
+}
+
+static int cmd_check(const Options *o, char **args, unsigned n_args) {
+        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : CHECK_TIMEOUT_USEC;
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + total, left, now;
+        _cleanup_close_ int fd = -1;
+        json_auto_t *params = NULL, *shown = NULL;
+        _cleanup_free_ char *name = NULL;
+        Reply reply = {};
+        const json_t *ctx, *sup;
+        const char *verdict, *kernel_id = NULL;
+        int r;
+
+        if (!context_name_valid(args[0]))
+                return usage_error("invalid context name: '%s'", args[0]);
+        r = connect_retry(o->socket, deadline, total, &fd);
+        if (r != EXIT_OK)
+                return r;
+        now = now_usec(CLOCK_MONOTONIC);
+        /* What connecting took comes out of the daemon's share; at least a moment is left to it. */
+        left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
+        params = json_pack("{s:s, s:o}", "context", args[0], "timeout", seconds_json(left));
+        if (!params)
+                return fail(EXIT_FAILED, "out of memory.");
+        r = transact(fd, "check", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
+        if (r != EXIT_OK)
+                return r;
+
+        name = sanitize(args[0], false);
+        if (reply.result) {
+                ctx = json_object_get(reply.result, "context");
+                sup = json_object_get(reply.result, "supervisor");
+                kernel_id = object_string(ctx, "kernel_id");
+                if (!json_is_object(ctx) || !kernel_id) {
+                        reply_done(&reply);
+                        return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+                }
+                verdict = !o->expect ? "ready" : streq(kernel_id, o->expect) ? "same" : "replaced";
+                r = streq(verdict, "replaced") ? EXIT_REPLACED : EXIT_OK;
+        } else if (reply.code == KS_ERR_TIMEOUT) {
+                ctx = json_object_get(reply.data, "context");
+                sup = json_object_get(reply.data, "supervisor");
+                verdict = "not-ready";
+                r = EXIT_TIMEOUT;
+        } else {
+                r = report_error(reply.code, reply.message);
+                reply_done(&reply);
+                return r;
+        }
+
+        if (o->json) {
+                shown = json_pack("{s:s, s:o, s:O, s:O}", "verdict", verdict, "expected",
+                                  o->expect ? json_string(o->expect) : json_null(), "context",
+                                  json_is_object(ctx) ? (json_t *) ctx : json_null(), "supervisor",
+                                  json_is_object(sup) ? (json_t *) sup : json_null());
+                if (!shown || print_json(shown) != EXIT_OK) {
+                        reply_done(&reply);
+                        return fail(EXIT_FAILED, "out of memory.");
+                }
+        } else if (streq(verdict, "not-ready")) {
+                _cleanup_free_ char *why = describe_not_ready(ctx);
+
+                printf("%s: not ready within %g s (%s)\n", name ?: "?", usec_to_seconds(total), why ?: "?");
+        } else {
+                _cleanup_free_ char *state = sanitize(object_string(ctx, "state") ?: "?", false);
+                _cleanup_free_ char *kid = sanitize(kernel_id, false);
+                _cleanup_free_ char *expected = o->expect ? sanitize(o->expect, false) : NULL;
+
+                printf("%s: %s pid %lld kernel_id %s incarnation %lld generation %lld", name ?: "?", state ?: "?",
+                       (long long) json_integer_value(json_object_get(ctx, "pid")), kid ?: "?",
+                       (long long) json_integer_value(json_object_get(ctx, "incarnation")),
+                       (long long) json_integer_value(json_object_get(sup, "generation")));
+                if (streq(verdict, "same"))
+                        puts(": same kernel, namespace intact");
+                else if (streq(verdict, "replaced"))
+                        printf(": kernel replaced (expected %s), namespace empty\n", expected ?: "?");
+                else
+                        putchar('\n');
+        }
+        reply_done(&reply);
+        return r;
+}
+
+static int cmd_wait(const Options *o, char **args, unsigned n_args) {
+        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : WAIT_TIMEOUT_USEC;
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + total, left, now;
+        _cleanup_close_ int fd = -1;
+        json_auto_t *params = NULL;
+        Reply reply = {};
+        const json_t *status, *contexts, *ctx;
+        size_t i;
+        int r;
+
+        r = validate_contexts(args, n_args);
+        if (r != EXIT_OK)
+                return r;
+        r = connect_retry(o->socket, deadline, total, &fd);
+        if (r != EXIT_OK)
+                return r;
+        now = now_usec(CLOCK_MONOTONIC);
+        left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
+        params = json_pack("{s:o}", "timeout", seconds_json(left));
+        if (!params)
+                return fail(EXIT_FAILED, "out of memory.");
+        if (n_args > 0) {
+                json_t *names = json_array();
+
+                if (json_object_set_new(params, "contexts", names) < 0)
+                        return fail(EXIT_FAILED, "out of memory.");
+                for (unsigned k = 0; k < n_args; k++)
+                        if (json_array_append_new(names, json_string(args[k])) < 0)
+                                return fail(EXIT_FAILED, "out of memory.");
+        }
+        r = transact(fd, "wait", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
+        if (r != EXIT_OK)
+                return r;
+
+        if (reply.result)
+                status = reply.result;
+        else if (reply.code == KS_ERR_TIMEOUT && json_is_object(reply.data))
+                status = reply.data;
+        else {
+                r = report_error(reply.code, reply.message);
+                reply_done(&reply);
+                return r;
+        }
+        contexts = json_object_get(status, "contexts");
+        if (!json_is_array(contexts)) {
+                reply_done(&reply);
+                return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+        }
+
+        r = reply.result ? EXIT_OK : EXIT_TIMEOUT;
+        json_array_foreach(contexts, i, ctx) {
+                if (!state_is_up(object_string(ctx, "state")))
+                        r = EXIT_TIMEOUT;
+        }
+        if (o->json)
+                (void) print_json(status);
+        else if (r != EXIT_OK)
+                json_array_foreach(contexts, i, ctx) {
+                        _cleanup_free_ char *name = NULL, *why = NULL;
+
+                        if (state_is_up(object_string(ctx, "state")))
+                                continue;
+                        name = sanitize(object_string(ctx, "name") ?: "?", false);
+                        why = describe_not_ready(ctx);
+                        fprintf(stderr, "kernelctl: %s: not ready within %g s (%s)\n", name ?: "?",
+                                usec_to_seconds(total), why ?: "?");
+                }
+        reply_done(&reply);
+        return r;
+}
+
 static const Command commands[] = {
-        { "status", 0, UINT_MAX, cmd_status }, { "start", 1, 1, cmd_start },     { "stop", 1, 1, cmd_stop },
-        { "restart", 1, 1, cmd_restart },      { "version", 0, 0, cmd_version },
+        { "status", 0, UINT_MAX, cmd_status }, { "start", 1, 1, cmd_start },      { "stop", 1, 1, cmd_stop },
+        { "restart", 1, 1, cmd_restart },      { "exec", 1, 2, cmd_exec },        { "interrupt", 1, 1, cmd_interrupt },
+        { "check", 1, 1, cmd_check },          { "wait", 0, UINT_MAX, cmd_wait }, { "version", 0, 0, cmd_version },
 };
 
 static int parse_timeout(const char *s, usec_t *ret) {
@@ -541,12 +1142,15 @@ static int parse_timeout(const char *s, usec_t *ret) {
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_SOCKET = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_VERSION };
+        enum { ARG_SOCKET = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_VERSION, ARG_STREAM, ARG_TRACEBACK, ARG_EXPECT };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
                 { "json", no_argument, NULL, ARG_JSON },
                 { "timeout", required_argument, NULL, ARG_TIMEOUT },
                 { "version", no_argument, NULL, ARG_VERSION },
+                { "stream", no_argument, NULL, ARG_STREAM },
+                { "traceback", no_argument, NULL, ARG_TRACEBACK },
+                { "expect", required_argument, NULL, ARG_EXPECT },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -573,6 +1177,17 @@ int main(int argc, char *argv[]) {
                                 return usage_error("invalid timeout '%s': seconds, more than 0 and at most 86400",
                                                    optarg);
                         break;
+                case ARG_STREAM:
+                        o.stream = true;
+                        break;
+                case ARG_TRACEBACK:
+                        o.traceback = true;
+                        break;
+                case ARG_EXPECT:
+                        if (!*optarg)
+                                return usage_error("--expect needs a kernel_id");
+                        o.expect = optarg;
+                        break;
                 case ARG_VERSION:
                         return version();
                 case 'h':
@@ -598,6 +1213,10 @@ int main(int argc, char *argv[]) {
                 return usage_error("%s: missing context name", cmd->name);
         if (n_args > cmd->max_args)
                 return usage_error("%s: too many arguments", cmd->name);
+        if ((o.stream || o.traceback) && !streq(cmd->name, "exec"))
+                return usage_error("%s is an option of exec", o.stream ? "--stream" : "--traceback");
+        if (o.expect && !streq(cmd->name, "check"))
+                return usage_error("--expect is an option of check");
 
         if (!o.socket) {
                 env = getenv("KERNELSUP_SOCKET");

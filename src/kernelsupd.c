@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "spawn.h"
 #include "supervisor.h"
 
 static void help(void) {
@@ -128,6 +129,9 @@ int main(int argc, char *argv[]) {
 
         /* A peer that hangs up mid-reply must not end us; writes see EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
+        /* About ten descriptors per kernel (sockets, pidfd, output pipe): raise the soft limit to the hard one,
+         * as systemd advises; spawn.c gives the kernels the original soft limit back. */
+        spawn_raise_nofile();
         uv_loop_init(&loop);
         r = supervisor_new(&loop, config, &defaults, &s, &error);
         if (r < 0) {

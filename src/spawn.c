@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/close_range.h>
@@ -15,6 +16,21 @@
 #include "util.h"
 
 extern char **environ;
+
+/* The limit we started with, for the kernels; unset until spawn_raise_nofile(). */
+static struct rlimit nofile_orig;
+static bool nofile_raised;
+
+void spawn_raise_nofile(void) {
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+                return;
+        nofile_orig = rl;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) >= 0)
+                nofile_raised = true;
+}
 
 static int parse_id(const char *s, unsigned *ret) {
         unsigned long long v;
@@ -193,6 +209,8 @@ _Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd) {
         step = 1;
         if (setsid() < 0)
                 goto fail;
+        if (nofile_raised)
+                (void) setrlimit(RLIMIT_NOFILE, &nofile_orig);
         step = 2;
         if (dup2(devnull, STDIN_FILENO) < 0 || dup2(p->stdout_fd, STDOUT_FILENO) < 0 ||
             dup2(p->stdout_fd, STDERR_FILENO) < 0)

@@ -6,6 +6,11 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+/* Raises our RLIMIT_NOFILE soft limit to the hard limit, remembering the
+ * original, which every kernel gets back (select() in a kernel breaks beyond
+ * 1024 descriptors). */
+void spawn_raise_nofile(void);
+
 /* A resolved identity for the child. */
 typedef struct SpawnUser {
         bool change;       /* false: keep the daemon's identity */

@@ -1165,6 +1165,8 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 r = -errno;
                 goto err;
         }
+        /* Four sockets per kernel: libzmq's default of 1023 sockets would cap us near 250 contexts. */
+        (void) zmq_ctx_set(s->zmq, ZMQ_MAX_SOCKETS, 65535);
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
         if (!s->contexts) {

@@ -321,6 +321,7 @@ class Daemon:
         self.log_reported = False
         self.last_ctl = None
         self.exit_expected = False  # set once the test stops the daemon or expects it to exit
+        self.bystanders = []  # processes a test started outside the daemon (see spawn_bystander)
         tap.daemons.append(self)
         os.makedirs(self.contexts_dir)
         self.write_config(contexts, defaults, supervisor, extra_files)
@@ -495,6 +496,65 @@ class Daemon:
         self.close_notify()
         self.check_no_leftovers(f"no process left after {signame} to kernelsupd", daemon_pid=daemon_pid)
         self.check_log()
+
+    def kill9(self, timeout=30):
+        """SIGKILLs the daemon alone, as a crash would: its kernels keep running (the test
+        looks at them, then start() runs a new daemon on the same directories; cleanup
+        still ends every process of ours). Returns the dead daemon's pid."""
+        pid = self.proc.pid
+        self.exit_expected = True
+        self.proc.kill()
+        try:
+            self.proc.wait(scaled(timeout))
+        except subprocess.TimeoutExpired:
+            raise WaitTimeout(f"kernelsupd {pid} still there {scaled(timeout):g}s after SIGKILL") from None
+        self.close_notify()
+        with open(self.log_path, "ab") as log:
+            log.write(f"---- kernelsupd {pid} killed with SIGKILL by the test\n".encode())
+        return pid
+
+    def spawn_bystander(self, argv):
+        """Starts a process that is not the daemon's and does not carry our tag, so ours()
+        and stop() do not count it (a test checks that the daemon leaves it alone);
+        cleanup kills it. Returns the Popen."""
+        env = {k: v for k, v in os.environ.items() if k != "KS_TEST_TAG"}
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+        self.bystanders.append(p)
+        return p
+
+    def log_mark(self):
+        """A position in the daemon's log; log_since(mark) is what was logged after it."""
+        return len(self.log())
+
+    def log_since(self, mark):
+        return self.log()[mark:]
+
+    def rpc(self, method, params=None, timeout=30):
+        """One JSON-RPC call on a new raw connection; returns the parsed reply (None when
+        the daemon closed the connection without one). timeout (unscaled) bounds the wait."""
+        raw = RawControl(self.socket)
+        try:
+            req = {"jsonrpc": "2.0", "id": 1, "method": method}
+            if params is not None:
+                req["params"] = params
+            return raw.request(json.dumps(req).encode() + b"\n", timeout=timeout)
+        finally:
+            raw.close()
+
+    def read_state(self, name):
+        """The parsed state file of context name."""
+        with open(self.state_file(name)) as f:
+            return json.load(f)
+
+    def write_state(self, name, obj):
+        """Replaces the state file of context name (atomically, keeping its mode)."""
+        path = self.state_file(name)
+        tmp = path + ".test-tmp"
+        with open(tmp, "w") as f:
+            json.dump(obj, f)
+        os.chmod(tmp, mode_of(path))
+        os.rename(tmp, path)
 
     # -- leftovers
 
@@ -672,6 +732,10 @@ class Daemon:
         if self.running():
             self.proc.kill()
             self.proc.wait()
+        for b in self.bystanders:
+            if b.poll() is None:
+                b.kill()
+                b.wait()
         for p in self.ours():
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)

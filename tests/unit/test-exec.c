@@ -338,7 +338,8 @@ static int pick_ports(uint16_t ret[_CHANNEL_MAX]) {
         /* Below the ephemeral range: no TCP self-connect (pitfalls.md). */
         if (random_bytes(&start, sizeof start) < 0)
                 return -EIO;
-        start = (uint16_t) (20000 + start % 10000);
+        /* 30200-32699: the integration tests take 20000-29999 and test-connfile 30100-30199. */
+        start = (uint16_t) (30200 + start % 2000);
         for (unsigned p = start; p < 32700 && n < _CHANNEL_MAX; p++) {
                 struct sockaddr_in sa = {
                         .sin_family = AF_INET,
@@ -715,6 +716,18 @@ static void test_limit(Done *d) {
         ok(run_cell("z", d), "after the huge print");
         is_str(plain(find_output(d->outputs, "execute_result")), "7", "the cell ran to its end");
 
+        /* A display bigger than what is left is dropped whole. */
+        opt.output_limit = 1024;
+        ok(run_cell_opt("from IPython.display import display\nprint('small')\n"
+                        "display({'text/plain': 'z' * 5000}, raw=True)\ndisplay({'text/plain': 'w'}, raw=True)",
+                        &opt, d),
+           "big display runs");
+        is_int(count_outputs(d->outputs, "display_data"), 0, "big display: dropped, and nothing after it");
+        is_str(stext(d->outputs, "stdout"), "small\n", "big display: what came before is kept");
+        ok(strstr(stext(d->outputs, "stderr"), "[output truncated: limit of 1024 bytes reached]") != NULL,
+           "big display: the marker");
+        is_int(count_outputs(d->streamed, "display_data"), 0, "big display: not streamed either");
+
         /* An error after the limit is still kept: it is the cell's outcome. */
         opt.output_limit = 1000;
         ok(run_cell_opt("print('y' * 5000)\n1/0", &opt, d), "huge print then error");
@@ -805,6 +818,25 @@ static void test_abandon_and_death(Done *d) {
         is_str(json_string_value(json_object_get(find_output(dn.outputs, "error"), "ename")), "NameError",
                "death: x is gone (NameError)");
         is_str(dn.kernel_id, "k3", "death: kernel_id k3");
+
+        /* An attach without a detach: the kernel was replaced under the running cell. */
+        done_reset(&dq);
+        done_reset(&dn);
+        is_int(exec_queue_submit(w.q, "print('s', flush=True)\nwhile True: pass", &default_opt, &sink, &dq, NULL), 0,
+               "replaced: submit a spinning cell");
+        ok(RUN_UNTIL(json_array_size(dq.streamed) > 0), "replaced: it started");
+        exec_queue_attach(w.q, w.conn, "k3b");
+        ok(dq.done, "replaced: the running cell is answered at once");
+        is_int(dq.status, EXEC_DIED, "replaced: EXEC_DIED");
+        is_str(dq.kernel_id, "k3b", "replaced: names the new kernel_id");
+        ok(dq.message && strstr(dq.message, "replaced"), "replaced: says so (%s)", dq.message ?: "(null)");
+        /* The same process still spins the old cell: stop it by hand; its
+         * messages belong to no cell any more. */
+        (void) kill(-w.pid, SIGINT);
+        ok(run_cell("'after'", &dn), "replaced: a cell runs afterwards");
+        is_str(plain(find_output(dn.outputs, "execute_result")), "'after'", "replaced: its own result only");
+        is_int(json_array_size(dn.outputs), 1, "replaced: nothing of the old cell leaks into it");
+        is_str(dn.kernel_id, "k3b", "replaced: kernel_id k3b");
 
         /* give_up under a running cell and a queued one. */
         done_reset(&dq);

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Per-cell latency of `kernelctl exec` against the usual ways to run a cell.
+
+Starts its own kernelsupd (a temporary directory holds its config, socket, state
+and runtime files), waits until its context is ready, then times N runs of the
+trivial cell `x` each way:
+
+  (a) kernelctl   the whole `kernelctl exec CTX x` process, wall time
+  (b) kexec.py    a fresh /usr/bin/python3 per cell that loads the published
+                  connection file with jupyter_client.BlockingKernelClient,
+                  starts the channels, waits for ready, executes and collects
+                  until idle (what apps do today)
+  (c) floor       one long-lived BlockingKernelClient in this process, over its
+                  kept connection: the kernel's own round trip
+
+Usage: /usr/bin/python3 bench/exec-latency.py [BUILDDIR] [-n N]
+BUILDDIR holds kernelsupd and kernelctl (default: $KS_BUILDDIR, else .).
+Not a test: it asserts nothing, it prints a table.
+"""
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+KEXEC = r'''
+import sys
+from jupyter_client import BlockingKernelClient
+
+kc = BlockingKernelClient()
+kc.load_connection_file(sys.argv[1])
+kc.start_channels()
+kc.wait_for_ready(timeout=30)
+msg_id = kc.execute(sys.argv[2], allow_stdin=False)
+while True:
+    m = kc.get_iopub_msg(timeout=30)
+    if m["parent_header"].get("msg_id") != msg_id:
+        continue
+    if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+        break
+while kc.get_shell_msg(timeout=30)["parent_header"].get("msg_id") != msg_id:
+    pass
+kc.stop_channels()
+'''
+
+
+def run_floor_cell(kc, code):
+    """One cell over a kept connection: execute, collect until idle and the reply."""
+    msg_id = kc.execute(code, allow_stdin=False)
+    idle = reply = False
+    while not idle:
+        m = kc.get_iopub_msg(timeout=30)
+        idle = (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
+                and m["content"]["execution_state"] == "idle")
+    while not reply:
+        reply = kc.get_shell_msg(timeout=30)["parent_header"].get("msg_id") == msg_id
+
+
+def sync_iopub(kc):
+    """kernel_info until its idle arrives on iopub, so that a cell's idle is not missed."""
+    while True:
+        msg_id = kc.kernel_info()
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            try:
+                m = kc.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status" \
+                    and m["content"]["execution_state"] == "idle":
+                kc.get_shell_msg(timeout=30)
+                return
+
+
+def timed(fn, n, warmup=3):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def p90(values):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("builddir", nargs="?", default=os.environ.get("KS_BUILDDIR", "."))
+    ap.add_argument("-n", type=int, default=50, help="timed runs per method (default 50)")
+    args = ap.parse_args()
+
+    try:
+        from jupyter_client import BlockingKernelClient
+    except ImportError:
+        sys.exit(f"{sys.executable} has no jupyter_client: run this with /usr/bin/python3")
+    kernelsupd = os.path.join(args.builddir, "kernelsupd")
+    kernelctl = os.path.join(args.builddir, "kernelctl")
+    for p in (kernelsupd, kernelctl):
+        if not os.access(p, os.X_OK):
+            sys.exit(f"{p} is not built")
+
+    tmp = tempfile.mkdtemp(prefix="ks-bench-")
+    sock = os.path.join(tmp, "run", "control.sock")
+    for d in ("conf/contexts.d", "run", "state"):
+        os.makedirs(os.path.join(tmp, d))
+    port_min = 20000 + (os.getpid() % 50) * 200
+    with open(os.path.join(tmp, "conf", "kernelsup.ini"), "w") as f:
+        f.write(f"[supervisor]\nsocket = {sock}\nruntime_dir = {tmp}/run\nstate_dir = {tmp}/state\n"
+                f"contexts_dir = {tmp}/conf/contexts.d\nport_range = {port_min}-{port_min + 199}\n"
+                "\n[context:bench]\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",
+                                                            "WATCHDOG_USEC", "WATCHDOG_PID", "JPY_PARENT_PID")}
+    log = open(os.path.join(tmp, "daemon.log"), "wb")
+    daemon = subprocess.Popen([kernelsupd, "--config", os.path.join(tmp, "conf", "kernelsup.ini")], env=env,
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    kc = None
+    try:
+        ctl = [kernelctl, "--socket", sock]
+        subprocess.run(ctl + ["wait", "--timeout", "60"], check=True)
+        subprocess.run(ctl + ["exec", "bench", "x = 1"], check=True, stdout=subprocess.DEVNULL)
+        status = subprocess.run(ctl + ["status", "bench", "--json"], check=True, capture_output=True, text=True)
+        cf = json.loads(status.stdout)["contexts"][0]["connection_file"]
+        script = os.path.join(tmp, "kexec.py")
+        with open(script, "w") as f:
+            f.write(KEXEC)
+
+        a = timed(lambda: subprocess.run(ctl + ["exec", "bench", "x"], check=True, stdout=subprocess.DEVNULL), args.n)
+        b = timed(lambda: subprocess.run(["/usr/bin/python3", script, cf, "x"], check=True), args.n)
+        kc = BlockingKernelClient()
+        kc.load_connection_file(cf)
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+        sync_iopub(kc)
+        c = timed(lambda: run_floor_cell(kc, "x"), args.n)
+    finally:
+        if kc is not None:
+            kc.stop_channels()
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"per-cell latency of the cell 'x', {args.n} runs each (ms), on {os.cpu_count()} CPUs")
+    print(f"{'method':<34}{'median':>9}{'p90':>9}{'mean':>9}")
+    rows = (("(a) kernelctl exec (whole process)", a), ("(b) python kexec.py per cell", b),
+            ("(c) kept jupyter_client (floor)", c))
+    for name, v in rows:
+        print(f"{name:<34}{statistics.median(v):>9.2f}{p90(v):>9.2f}{statistics.mean(v):>9.2f}")
+    print(f"(b)/(a), median: {statistics.median(b) / statistics.median(a):.1f}x faster through the supervisor")
+    print(f"(a)-(c), median: {statistics.median(a) - statistics.median(c):+.2f} ms over the kernel's own floor")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+/* A stub Jupyter kernel for tests and benchmarks that need many kernels: it
+ * binds the five ports of a connection file, echoes the heartbeat, answers
+ * kernel_info_request and execute_request on shell (publishing busy/idle on
+ * iopub, as a real kernel does), and exits on shutdown_request. A few MiB
+ * each instead of ipykernel's ~50.
+ *   stubkernel -f CONNECTION_FILE */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "connfile.h"
+#include "jupyter.h"
+#include "util.h"
+
+static const char *key;
+static const char *session = "stubkernel";
+
+/* Receives one multipart message: up to max frames (longer ones are cut). */
+static int recv_multipart(void *sock, zmq_msg_t *frames, int max) {
+        int n = 0, more;
+
+        do {
+                zmq_msg_init(&frames[n < max ? n : max - 1]);
+                if (zmq_msg_recv(&frames[n < max ? n : max - 1], sock, 0) < 0)
+                        return -errno;
+                more = zmq_msg_more(&frames[n < max ? n : max - 1]);
+                if (n < max)
+                        n++;
+                else
+                        zmq_msg_close(&frames[max - 1]);
+        } while (more);
+        return n;
+}
+
+/* Sends msg with the routing identities ids[0..n_ids). */
+static void send_msg(void *sock, zmq_msg_t *ids, int n_ids, const JupyterMsg *msg) {
+        JupyterFrames f;
+
+        if (jupyter_msg_serialize(msg, key, &f) < 0)
+                return;
+        for (int i = 0; i < n_ids; i++)
+                zmq_send(sock, zmq_msg_data(&ids[i]), zmq_msg_size(&ids[i]), ZMQ_SNDMORE);
+        for (int i = 0; i < 6; i++)
+                zmq_send(sock, f.part[i], f.len[i], i < 5 ? ZMQ_SNDMORE : 0);
+        jupyter_frames_done(&f);
+}
+
+/* A message of type whose parent is req. content is stolen. */
+static void reply(void *sock, zmq_msg_t *ids, int n_ids, const JupyterMsg *req, const char *type, json_t *content) {
+        JupyterMsg m;
+
+        if (jupyter_msg_new(type, session, content, &m) < 0)
+                return;
+        json_decref(m.parent_header);
+        m.parent_header = json_incref(req->header);
+        send_msg(sock, ids, n_ids, &m);
+        jupyter_msg_done(&m);
+}
+
+static void publish_status(void *iopub, const JupyterMsg *req, const char *state) {
+        reply(iopub, NULL, 0, req, "status", json_pack("{s:s}", "execution_state", state));
+}
+
+/* Handles one request on a ROUTER (shell or control). Returns 1 on shutdown. */
+static int handle(void *sock, void *iopub, int *count) {
+        zmq_msg_t frames[32];
+        const void *parts[32];
+        size_t lens[32];
+        JupyterMsg req;
+        int n, ids = 0, r = 0;
+
+        n = recv_multipart(sock, frames, 32);
+        if (n < 0)
+                return 0;
+        for (int i = 0; i < n; i++) {
+                parts[i] = zmq_msg_data(&frames[i]);
+                lens[i] = zmq_msg_size(&frames[i]);
+                if (ids == i && !(lens[i] == strlen(JUPYTER_DELIM) && memcmp(parts[i], JUPYTER_DELIM, lens[i]) == 0))
+                        ids = i + 1;
+        }
+        if (jupyter_msg_parse(parts, lens, (size_t) n, key, &req) >= 0) {
+                const char *type = jupyter_msg_type(&req);
+                publish_status(iopub, &req, "busy");
+                if (streq(type, "kernel_info_request"))
+                        reply(sock, frames, ids, &req, "kernel_info_reply",
+                              json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s}, s:s}", "status", "ok", "protocol_version",
+                                        JUPYTER_PROTOCOL_VERSION, "implementation", "stubkernel",
+                                        "implementation_version", "1", "language_info", "name", "stub", "version",
+                                        "1", "banner", "stub kernel"));
+                else if (streq(type, "execute_request")) {
+                        ++*count;
+                        reply(sock, frames, ids, &req, "execute_reply",
+                              json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
+                                        "user_expressions", "payload"));
+                } else if (streq(type, "shutdown_request")) {
+                        reply(sock, frames, ids, &req, "shutdown_reply", json_pack("{s:s, s:b}", "status", "ok",
+                                                                                 "restart", 0));
+                        r = 1;
+                } else if (streq(type, "interrupt_request"))
+                        reply(sock, frames, ids, &req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+                publish_status(iopub, &req, "idle");
+                jupyter_msg_done(&req);
+        }
+        for (int i = 0; i < n; i++)
+                zmq_msg_close(&frames[i]);
+        return r;
+}
+
+/* The heartbeat is a ROUTER echo, as ipykernel's. */
+static void echo(void *hb) {
+        zmq_msg_t frames[8];
+        int n = recv_multipart(hb, frames, 8);
+
+        for (int i = 0; i < n; i++) {
+                zmq_msg_send(&frames[i], hb, i < n - 1 ? ZMQ_SNDMORE : 0);
+                zmq_msg_close(&frames[i]);
+        }
+}
+
+int main(int argc, char *argv[]) {
+        static const int types[_CHANNEL_MAX] = {
+                [CHANNEL_SHELL] = ZMQ_ROUTER, [CHANNEL_IOPUB] = ZMQ_PUB, [CHANNEL_STDIN] = ZMQ_ROUTER,
+                [CHANNEL_CONTROL] = ZMQ_ROUTER, [CHANNEL_HB] = ZMQ_ROUTER,
+        };
+        _cleanup_free_ char *text = NULL;
+        ConnectionInfo ci;
+        void *ctx, *socks[_CHANNEL_MAX];
+        int count = 0, done = 0;
+
+        if (argc != 3 || !streq(argv[1], "-f")) {
+                fprintf(stderr, "usage: stubkernel -f CONNECTION_FILE\n");
+                return 2;
+        }
+        if (read_file(argv[2], 64 * 1024, &text, NULL) < 0 || connection_info_parse(text, &ci) < 0) {
+                fprintf(stderr, "stubkernel: cannot read %s\n", argv[2]);
+                return 1;
+        }
+        key = ci.key;
+        ctx = zmq_ctx_new();
+        zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
+        for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
+                char ep[80];
+                int linger = 0;
+                socks[ch] = zmq_socket(ctx, types[ch]);
+                zmq_setsockopt(socks[ch], ZMQ_LINGER, &linger, sizeof linger);
+                snprintf(ep, sizeof ep, "tcp://%s:%u", ci.ip, ci.ports[ch]);
+                if (zmq_bind(socks[ch], ep) < 0) {
+                        fprintf(stderr, "stubkernel: cannot bind %s (%s): %s\n", ep, channel_to_string(ch),
+                                zmq_strerror(errno));
+                        return 1;
+                }
+        }
+        signal(SIGINT, SIG_IGN); /* an interrupt with nothing running, as ipykernel when idle */
+        while (!done) {
+                zmq_pollitem_t items[] = {
+                        { socks[CHANNEL_SHELL], 0, ZMQ_POLLIN, 0 },
+                        { socks[CHANNEL_CONTROL], 0, ZMQ_POLLIN, 0 },
+                        { socks[CHANNEL_HB], 0, ZMQ_POLLIN, 0 },
+                };
+                if (zmq_poll(items, 3, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (items[0].revents & ZMQ_POLLIN)
+                        done |= handle(socks[CHANNEL_SHELL], socks[CHANNEL_IOPUB], &count);
+                if (items[1].revents & ZMQ_POLLIN)
+                        done |= handle(socks[CHANNEL_CONTROL], socks[CHANNEL_IOPUB], &count);
+                if (items[2].revents & ZMQ_POLLIN)
+                        echo(socks[CHANNEL_HB]);
+        }
+        for (int ch = 0; ch < _CHANNEL_MAX; ch++)
+                zmq_close(socks[ch]);
+        zmq_ctx_term(ctx);
+        return 0;
+}
