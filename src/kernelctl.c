@@ -45,8 +45,13 @@ typedef struct Options {
         bool json;
         bool stream;        /* exec: JSON lines as outputs arrive */
         bool traceback;     /* exec: whole tracebacks */
-        const char *expect; /* check: the kernel_id the caller saved */
+        const char *expect; /* check: the kernel_id saved earlier */
         usec_t timeout;     /* USEC_INFINITY when not given */
+        bool dry_run;       /* reload: say what would change */
+        /* add: the new context's settings; env is NULL-terminated. */
+        const char *user, *group, *cwd, *connection_file;
+        char **env;
+        unsigned n_env;
 } Options;
 
 typedef struct Command {
@@ -72,6 +77,12 @@ static void help(void) {
                "  start CTX            start a context and wait until its kernel answers\n"
                "  stop CTX             stop a context's kernel\n"
                "  restart CTX          replace a context's kernel with a new one\n"
+               "  reload               re-read the configuration and apply what changed:\n"
+               "                       new contexts start, removed ones stop, changed ones\n"
+               "                       restart only when their process settings changed\n"
+               "  add CTX              write contexts_dir/CTX.ini (--user, --group, --cwd,\n"
+               "                       --env K=V..., --connection-file) and apply it\n"
+               "  remove CTX           delete contexts_dir/CTX.ini and stop the context\n"
                "  version              print the version of kernelctl\n"
                "\n"
                "Options:\n"
@@ -86,6 +97,9 @@ static void help(void) {
                "                       then the result\n"
                "  --traceback          exec: print the whole traceback of an error\n"
                "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
+               "  --dry-run            reload: print what would change, change nothing\n"
+               "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
+               "                       add: the new context's settings (--env repeats)\n"
                "  --version            print the version of kernelctl\n"
                "  -h, --help           show this help\n"
                "\n"
@@ -1126,7 +1140,111 @@ static int cmd_wait(const Options *o, char **args, unsigned n_args) {
         return r;
 }
 
+/* ---- reload, add, remove ---- */
+
+/* Prints a reload report as lines: "added c", "restarted b (env changed)", "updated x (restart changed, ...)",
+ * "removed d", "unchanged 12"; settings that need a daemon restart go to stderr. */
+static void print_name_line(const char *verb, const char *name, const char *why, const char *suffix) {
+        _cleanup_free_ char *n = sanitize(name ?: "?", false), *w = why ? sanitize(why, false) : NULL;
+
+        if (w)
+                printf("%s %s (%s%s)\n", verb, n ?: "?", w, suffix);
+        else
+                printf("%s %s\n", verb, n ?: "?");
+}
+
+static int print_report(const Options *o, const json_t *report) {
+        const json_t *v;
+        size_t i;
+
+        if (!json_is_object(report) || !json_is_integer(json_object_get(report, "unchanged")))
+                return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+        if (o->json)
+                return print_json(report);
+        json_array_foreach(json_object_get(report, "added"), i, v)
+                print_name_line("added", json_string_value(v), NULL, "");
+        json_array_foreach(json_object_get(report, "restarted"), i, v)
+                print_name_line("restarted", object_string(v, "name"), object_string(v, "reason") ?: "?", "");
+        json_array_foreach(json_object_get(report, "updated"), i, v)
+                print_name_line("updated", object_string(v, "name"), object_string(v, "setting") ?: "?",
+                                " changed, applied without a restart");
+        json_array_foreach(json_object_get(report, "removed"), i, v)
+                print_name_line("removed", json_string_value(v), NULL, "");
+        printf("unchanged %lld\n", (long long) json_integer_value(json_object_get(report, "unchanged")));
+        json_array_foreach(json_object_get(report, "not_applied"), i, v) {
+                _cleanup_free_ char *n = sanitize(json_string_value(v) ?: "?", false);
+                fprintf(stderr, "kernelctl: not applied: %s\n", n ?: "?");
+        }
+        return EXIT_OK;
+}
+
+/* The daemon answers a reload once it has applied it, before restarted kernels are up. */
+#define RELOAD_WAIT_USEC (60 * USEC_PER_SEC)
+
+static int cmd_reload(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *report = NULL;
+        json_t *params = json_pack("{s:b}", "dry_run", o->dry_run);
+        int r;
+
+        if (!params)
+                return fail(EXIT_FAILED, "out of memory.");
+        r = call(o, "reload", params, RELOAD_WAIT_USEC, &report);
+        if (r != EXIT_OK)
+                return r;
+        return print_report(o, report);
+}
+
+static int cmd_add(const Options *o, char **args, unsigned n_args) {
+        const struct {
+                const char *key, *value;
+        } settings[] = {
+                { "user", o->user }, { "group", o->group }, { "cwd", o->cwd }, { "connection_file", o->connection_file },
+        };
+        json_auto_t *report = NULL;
+        json_t *params, *env;
+        int r;
+
+        if (!context_name_valid(args[0]))
+                return usage_error("invalid context name: '%s' (expected [A-Za-z0-9_.-]{1,64})", args[0]);
+        params = json_pack("{s:s}", "context", args[0]);
+        env = json_array();
+        if (!params || !env || json_object_set_new(params, "env", env) < 0)
+                return fail(EXIT_FAILED, "out of memory.");
+        for (size_t i = 0; i < ELEMENTSOF(settings); i++)
+                if (settings[i].value &&
+                    json_object_set_new(params, settings[i].key, json_string(settings[i].value)) < 0) {
+                        json_decref(params);
+                        return fail(EXIT_FAILED, "invalid --%s: not UTF-8.", settings[i].key);
+                }
+        for (unsigned i = 0; i < o->n_env; i++)
+                if (json_array_append_new(env, json_string(o->env[i])) < 0) {
+                        json_decref(params);
+                        return fail(EXIT_FAILED, "invalid --env: not UTF-8.");
+                }
+        r = call(o, "add", params, RELOAD_WAIT_USEC, &report);
+        if (r != EXIT_OK)
+                return r;
+        return print_report(o, report);
+}
+
+static int cmd_remove(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *report = NULL;
+        json_t *params;
+        int r;
+
+        if (!context_name_valid(args[0]))
+                return usage_error("invalid context name: '%s' (expected [A-Za-z0-9_.-]{1,64})", args[0]);
+        params = json_pack("{s:s}", "context", args[0]);
+        if (!params)
+                return fail(EXIT_FAILED, "out of memory.");
+        r = call(o, "remove", params, RELOAD_WAIT_USEC, &report);
+        if (r != EXIT_OK)
+                return r;
+        return print_report(o, report);
+}
+
 static const Command commands[] = {
+        { "reload", 0, 0, cmd_reload }, { "add", 1, 1, cmd_add }, { "remove", 1, 1, cmd_remove },
         { "status", 0, UINT_MAX, cmd_status }, { "start", 1, 1, cmd_start },      { "stop", 1, 1, cmd_stop },
         { "restart", 1, 1, cmd_restart },      { "exec", 1, 2, cmd_exec },        { "interrupt", 1, 1, cmd_interrupt },
         { "check", 1, 1, cmd_check },          { "wait", 0, UINT_MAX, cmd_wait }, { "version", 0, 0, cmd_version },
@@ -1142,7 +1260,21 @@ static int parse_timeout(const char *s, usec_t *ret) {
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_SOCKET = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_VERSION, ARG_STREAM, ARG_TRACEBACK, ARG_EXPECT };
+        enum {
+                ARG_SOCKET = 0x100,
+                ARG_JSON,
+                ARG_TIMEOUT,
+                ARG_VERSION,
+                ARG_STREAM,
+                ARG_TRACEBACK,
+                ARG_EXPECT,
+                ARG_DRY_RUN,
+                ARG_USER,
+                ARG_GROUP,
+                ARG_CWD,
+                ARG_ENV,
+                ARG_CONNECTION_FILE,
+        };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
                 { "json", no_argument, NULL, ARG_JSON },
@@ -1151,10 +1283,18 @@ int main(int argc, char *argv[]) {
                 { "stream", no_argument, NULL, ARG_STREAM },
                 { "traceback", no_argument, NULL, ARG_TRACEBACK },
                 { "expect", required_argument, NULL, ARG_EXPECT },
+                { "dry-run", no_argument, NULL, ARG_DRY_RUN },
+                { "user", required_argument, NULL, ARG_USER },
+                { "group", required_argument, NULL, ARG_GROUP },
+                { "cwd", required_argument, NULL, ARG_CWD },
+                { "env", required_argument, NULL, ARG_ENV },
+                { "connection-file", required_argument, NULL, ARG_CONNECTION_FILE },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         Options o = { .timeout = USEC_INFINITY };
+        _cleanup_free_ char **env_list = NULL;
+        bool add_options = false;
         const Command *cmd = NULL;
         const char *env;
         unsigned n_args;
@@ -1188,6 +1328,36 @@ int main(int argc, char *argv[]) {
                                 return usage_error("--expect needs a kernel_id");
                         o.expect = optarg;
                         break;
+                case ARG_DRY_RUN:
+                        o.dry_run = true;
+                        break;
+                case ARG_USER:
+                        o.user = optarg;
+                        add_options = true;
+                        break;
+                case ARG_GROUP:
+                        o.group = optarg;
+                        add_options = true;
+                        break;
+                case ARG_CWD:
+                        o.cwd = optarg;
+                        add_options = true;
+                        break;
+                case ARG_CONNECTION_FILE:
+                        o.connection_file = optarg;
+                        add_options = true;
+                        break;
+                case ARG_ENV: {
+                        char **grown = realloc(env_list, sizeof(char *) * (o.n_env + 2));
+                        if (!grown)
+                                return fail(EXIT_FAILED, "out of memory.");
+                        env_list = grown;
+                        env_list[o.n_env++] = optarg;
+                        env_list[o.n_env] = NULL;
+                        o.env = env_list;
+                        add_options = true;
+                        break;
+                }
                 case ARG_VERSION:
                         return version();
                 case 'h':
@@ -1217,6 +1387,10 @@ int main(int argc, char *argv[]) {
                 return usage_error("%s is an option of exec", o.stream ? "--stream" : "--traceback");
         if (o.expect && !streq(cmd->name, "check"))
                 return usage_error("--expect is an option of check");
+        if (o.dry_run && !streq(cmd->name, "reload"))
+                return usage_error("--dry-run is an option of reload");
+        if (add_options && !streq(cmd->name, "add"))
+                return usage_error("--user, --group, --cwd, --env and --connection-file are options of add");
 
         if (!o.socket) {
                 env = getenv("KERNELSUP_SOCKET");
