@@ -132,6 +132,11 @@ int main(int argc, char *argv[]) {
         /* About ten descriptors per kernel (sockets, pidfd, output pipe): raise the soft limit to the hard one,
          * as systemd advises; spawn.c gives the kernels the original soft limit back. */
         spawn_raise_nofile();
+        r = supervisor_block_signals();
+        if (r < 0) {
+                log_error_errno(r, "Failed to block signals: %m");
+                return 1;
+        }
         uv_loop_init(&loop);
         r = supervisor_new(&loop, config, &defaults, &s, &error);
         if (r < 0) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1036,20 +1037,51 @@ static void supervisor_shutdown(Supervisor *s, const char *why) {
         supervisor_check_shutdown(s);
 }
 
-static void sigterm_cb(uv_signal_t *h, int signum) {
-        supervisor_shutdown(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+/* "pid 1234 (systemd)": who sent a signal, for the log. */
+static void describe_sender(pid_t pid, char *buf, size_t size) {
+        char path[64];
+        _cleanup_free_ char *comm = NULL;
+
+        snprintf(path, sizeof path, "/proc/%d/comm", (int) pid);
+        if (pid > 0 && read_file(path, 64, &comm, NULL) >= 0) {
+                comm[strcspn(comm, "\n")] = '\0';
+                snprintf(buf, size, "pid %d (%s)", (int) pid, comm);
+        } else
+                snprintf(buf, size, "pid %d", (int) pid);
 }
 
-static void sighup_cb(uv_signal_t *h, int signum) {
+/* SIGTERM, SIGINT and SIGHUP arrive through a signalfd, which says who sent them. */
+static void signalfd_cb(uv_poll_t *h, int status, int events) {
         Supervisor *s = h->data;
-        _cleanup_free_ char *error = NULL;
-        json_t *report = NULL;
+        struct signalfd_siginfo si;
+        char from[128], why[160];
 
-        if (s->stopping)
-                return;
-        log_info("SIGHUP: reloading %s", s->config->path);
-        if (supervisor_reload_announced(s, false, &report, &error) >= 0)
-                json_decref(report);
+        while (read(s->signal_fd, &si, sizeof si) == (ssize_t) sizeof si) {
+                describe_sender((pid_t) si.ssi_pid, from, sizeof from);
+                if (si.ssi_signo == SIGHUP) {
+                        _cleanup_free_ char *error = NULL;
+                        json_t *report = NULL;
+                        if (s->stopping)
+                                continue;
+                        log_info("SIGHUP from %s: reloading %s", from, s->config->path);
+                        if (supervisor_reload_announced(s, false, &report, &error) >= 0)
+                                json_decref(report);
+                } else {
+                        snprintf(why, sizeof why, "%s from %s", si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM", from);
+                        supervisor_shutdown(s, why);
+                }
+        }
+}
+
+int supervisor_block_signals(void) {
+        sigset_t set;
+
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
+        /* Before any thread exists (libzmq's), so every thread inherits the mask. */
+        return sigprocmask(SIG_BLOCK, &set, NULL) < 0 ? -errno : 0;
 }
 
 /* Every kernel has stopped: close what keeps the loop alive. */
@@ -1081,9 +1113,7 @@ static void supervisor_finish(Supervisor *s) {
         for (size_t i = 0; i < s->n_contexts; i++)
                 context_free(s->contexts[i]);
         s->n_contexts = 0;
-        uv_close((uv_handle_t *) &s->sig_term, NULL);
-        uv_close((uv_handle_t *) &s->sig_int, NULL);
-        uv_close((uv_handle_t *) &s->sig_hup, NULL);
+        uv_close((uv_handle_t *) &s->signal_poll, NULL);
         uv_close((uv_handle_t *) &s->sig_chld, NULL);
         notify_free(s->notify);
         s->notify = NULL;
@@ -1113,6 +1143,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         s->loop = loop;
         s->config = config;
         s->state_dirfd = -1;
+        s->signal_fd = -1;
         s->default_runtime_dir = strdup(defaults->runtime_dir);
         s->default_state_dir = strdup(defaults->state_dir);
         s->default_contexts_dir = strdup(defaults->contexts_dir);
@@ -1205,19 +1236,27 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         if (r < 0)
                 goto err;
 
-        uv_signal_init(loop, &s->sig_term);
-        uv_signal_init(loop, &s->sig_int);
-        uv_signal_init(loop, &s->sig_hup);
+        {
+                sigset_t set;
+                sigemptyset(&set);
+                sigaddset(&set, SIGTERM);
+                sigaddset(&set, SIGINT);
+                sigaddset(&set, SIGHUP);
+                s->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+                if (s->signal_fd < 0) {
+                        r = -errno;
+                        goto err;
+                }
+        }
+        uv_poll_init(loop, &s->signal_poll, s->signal_fd);
         uv_signal_init(loop, &s->sig_chld);
         uv_timer_init(loop, &s->shutdown_timer);
         uv_timer_init(loop, &s->tick);
         uv_timer_init(loop, &s->retire_timer);
         s->retire_timer.data = s;
-        s->sig_term.data = s->sig_int.data = s->sig_hup.data = s->sig_chld.data = s->shutdown_timer.data =
+        s->signal_poll.data = s->sig_chld.data = s->shutdown_timer.data =
                 s->tick.data = s;
-        uv_signal_start(&s->sig_term, sigterm_cb, SIGTERM);
-        uv_signal_start(&s->sig_int, sigterm_cb, SIGINT);
-        uv_signal_start(&s->sig_hup, sighup_cb, SIGHUP);
+        uv_poll_start(&s->signal_poll, UV_READABLE, signalfd_cb);
         uv_signal_start(&s->sig_chld, sigchld_cb, SIGCHLD);
 
         *ret = s;
@@ -1272,6 +1311,8 @@ void supervisor_free(Supervisor *s) {
                 zmq_ctx_term(s->zmq);
         if (s->state_dirfd >= 0)
                 close(s->state_dirfd);
+        if (s->signal_fd >= 0)
+                close(s->signal_fd);
         config_free(s->config);
         free(s);
 }

@@ -32,7 +32,9 @@ typedef struct Supervisor {
 
         ControlServer *control;
         Notify *notify;
-        uv_signal_t sig_term, sig_int, sig_chld, sig_hup;
+        int signal_fd;            /* SIGTERM, SIGINT, SIGHUP, with their sender */
+        uv_poll_t signal_poll;
+        uv_signal_t sig_chld;
         uv_timer_t shutdown_timer;
         struct Waiter *waiters;   /* control requests waiting for a state */
 
@@ -64,6 +66,9 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
 int supervisor_run(Supervisor *s);
 
 void supervisor_free(Supervisor *s);
+
+/* Blocks SIGTERM, SIGINT and SIGHUP for a signalfd; call first in main, before any thread starts. */
+int supervisor_block_signals(void);
 
 /* For context.c. */
 void supervisor_context_changed(Supervisor *s, Context *c);
