@@ -69,9 +69,18 @@ int cgroup_keyed_value(const char *text, const char *key, uint64_t *ret) {
         return -ENOENT;
 }
 
-int cgroup_oom_kills(pid_t pid, uint64_t *ret) {
+int cgroup_read_oom(const char *path, uint64_t *ret) {
+        _cleanup_free_ char *events = NULL;
+
+        if (read_file(path, 64 * 1024, &events, NULL) < 0)
+                return -ENOENT;
+        return cgroup_keyed_value(events, "oom_kill", ret) < 0 ? -ENOENT : 0;
+}
+
+int cgroup_oom_path(pid_t pid, char **ret) {
         _cleanup_free_ char *text = NULL;
         char proc[64], *paths[2] = { 0 };
+        uint64_t v;
         int n, r = -ENOENT;
 
         snprintf(proc, sizeof proc, "/proc/%d/cgroup", (int) pid);
@@ -79,10 +88,20 @@ int cgroup_oom_kills(pid_t pid, uint64_t *ret) {
                 return -ENOENT;
         n = cgroup_oom_paths(text, "/sys/fs/cgroup", paths);
         for (int i = 0; i < n; i++) {
-                _cleanup_free_ char *events = NULL;
-                if (r < 0 && read_file(paths[i], 64 * 1024, &events, NULL) >= 0)
-                        r = cgroup_keyed_value(events, "oom_kill", ret);
+                if (r < 0 && cgroup_read_oom(paths[i], &v) >= 0) {
+                        *ret = paths[i];
+                        paths[i] = NULL;
+                        r = 0;
+                }
                 free(paths[i]);
         }
-        return r < 0 ? -ENOENT : 0;
+        return r;
+}
+
+int cgroup_oom_kills(pid_t pid, uint64_t *ret) {
+        _cleanup_free_ char *path = NULL;
+
+        if (cgroup_oom_path(pid, &path) < 0)
+                return -ENOENT;
+        return cgroup_read_oom(path, ret);
 }

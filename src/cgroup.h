@@ -19,3 +19,8 @@ int cgroup_keyed_value(const char *text, const char *key, uint64_t *ret);
 
 /* The oom_kill count of pid's memory cgroup. -ENOENT when the system does not tell. */
 int cgroup_oom_kills(pid_t pid, uint64_t *ret);
+
+/* The counter file of pid's memory cgroup that has an oom_kill line (newly allocated), to read again once pid is
+ * gone; and reading it. -ENOENT when there is none. */
+int cgroup_oom_path(pid_t pid, char **ret);
+int cgroup_read_oom(const char *path, uint64_t *ret);

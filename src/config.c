@@ -53,6 +53,7 @@ typedef enum ValueType {
         VALUE_USEC,
         VALUE_UNSIGNED,
         VALUE_SIZE,
+        VALUE_U64,
         VALUE_RESTART,
         VALUE_PORTS,
 } ValueType;
@@ -429,6 +430,77 @@ bad:
         return -EINVAL;
 }
 
+/* A memory limit: bytes with an optional K, M, G or T suffix (powers of 1024), at least 1M; or "none" (0). */
+static int parse_memory(const char *value, void *data, const char **ret_reason) {
+        static const struct {
+                const char *suffix;
+                unsigned long long mult;
+        } units[] = { { "", 1 }, { "K", 1ULL << 10 }, { "M", 1ULL << 20 }, { "G", 1ULL << 30 }, { "T", 1ULL << 40 } };
+        unsigned long long v;
+        char digits[32];
+        size_t n = strspn(value, "0123456789");
+
+        if (strcasecmp(value, "none") == 0) {
+                *(uint64_t *) data = 0;
+                return 0;
+        }
+        if (n == 0 || n >= sizeof digits)
+                goto bad;
+        memcpy(digits, value, n);
+        digits[n] = '\0';
+        for (size_t i = 0; i < ELEMENTSOF(units); i++) {
+                if (strcasecmp(value + n, units[i].suffix) != 0 || parse_uint(digits, 0, ULLONG_MAX, &v) < 0)
+                        continue;
+                if (v > (1ULL << 50) / units[i].mult || v * units[i].mult < (1ULL << 20)) {
+                        *ret_reason = "must be from 1M to 1024T";
+                        return -EINVAL;
+                }
+                *(uint64_t *) data = v * units[i].mult;
+                return 0;
+        }
+bad:
+        *ret_reason = "expected a size such as 512M or 4G, or none";
+        return -EINVAL;
+}
+
+/* A CPU quota in percent of one CPU: "50%", "200%" (two CPUs). */
+static int parse_cpu_quota(const char *value, void *data, const char **ret_reason) {
+        unsigned long long v;
+        size_t n = strlen(value);
+        char digits[16];
+
+        if (strcasecmp(value, "none") == 0) {
+                *(unsigned *) data = 0;
+                return 0;
+        }
+        if (n < 2 || n > sizeof digits || value[n - 1] != '%')
+                goto bad;
+        memcpy(digits, value, n - 1);
+        digits[n - 1] = '\0';
+        if (parse_uint(digits, 1, 100000, &v) < 0)
+                goto bad;
+        *(unsigned *) data = (unsigned) v;
+        return 0;
+bad:
+        *ret_reason = "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none";
+        return -EINVAL;
+}
+
+static int parse_tasks(const char *value, void *data, const char **ret_reason) {
+        unsigned long long v;
+
+        if (strcasecmp(value, "none") == 0) {
+                *(unsigned *) data = 0;
+                return 0;
+        }
+        if (parse_uint(value, 1, 4194304, &v) < 0) {
+                *ret_reason = "expected a number from 1 to 4194304, or none";
+                return -EINVAL;
+        }
+        *(unsigned *) data = (unsigned) v;
+        return 0;
+}
+
 static int parse_count(const char *value, void *data, const char **ret_reason) {
         unsigned long long v;
 
@@ -466,6 +538,9 @@ enum {
         KEY_HEARTBEAT_MISSES,
         KEY_UNRESPONSIVE_RESTART,
         KEY_OUTPUT_LIMIT,
+        KEY_MEMORY_MAX,
+        KEY_CPU_QUOTA,
+        KEY_TASKS_MAX,
         _KEY_MAX,
 };
 
@@ -505,6 +580,9 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_UNRESPONSIVE_RESTART] =
                 CONTEXT_KEY("unresponsive_restart", parse_duration_or_no, unresponsive_restart, VALUE_USEC),
         [KEY_OUTPUT_LIMIT] = CONTEXT_KEY("output_limit", parse_size, output_limit, VALUE_SIZE),
+        [KEY_MEMORY_MAX] = CONTEXT_KEY("memory_max", parse_memory, memory_max, VALUE_U64),
+        [KEY_CPU_QUOTA] = CONTEXT_KEY("cpu_quota", parse_cpu_quota, cpu_quota, VALUE_UNSIGNED),
+        [KEY_TASKS_MAX] = CONTEXT_KEY("tasks_max", parse_tasks, tasks_max, VALUE_UNSIGNED),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -526,6 +604,8 @@ static size_t value_size(ValueType t) {
                 return sizeof(unsigned);
         case VALUE_SIZE:
                 return sizeof(size_t);
+        case VALUE_U64:
+                return sizeof(uint64_t);
         case VALUE_RESTART:
                 return sizeof(RestartPolicy);
         default:
@@ -1328,6 +1408,13 @@ const char *context_config_process_change(const ContextConfig *a, const ContextC
                 return "env";
         if (!streq_ptr(a->connection_file, b->connection_file))
                 return "connection_file";
+        /* Limits are set when the kernel is placed in its cgroup, before it runs. */
+        if (a->memory_max != b->memory_max)
+                return "memory_max";
+        if (a->cpu_quota != b->cpu_quota)
+                return "cpu_quota";
+        if (a->tasks_max != b->tasks_max)
+                return "tasks_max";
         return NULL;
 }
 

@@ -47,6 +47,10 @@ typedef struct ContextConfig {
         unsigned heartbeat_misses;   /* this many unanswered pings make it unresponsive; default 3 */
         usec_t unresponsive_restart; /* restart after unresponsive this long; 0 (default): never */
         size_t output_limit;         /* bytes of output kept per cell; default 10 MiB */
+        /* Resource limits of the kernel (0: none), enforced by a systemd scope, a cgroup, or an rlimit. */
+        uint64_t memory_max;         /* bytes */
+        unsigned cpu_quota;          /* percent of one CPU */
+        unsigned tasks_max;
 } ContextConfig;
 
 typedef struct Config {

@@ -16,6 +16,7 @@
 #include "context.h"
 #include "exec.h"
 #include "jupyter.h"
+#include "limits.h"
 #include "log.h"
 #include "spawn.h"
 #include "supervisor.h"
@@ -50,6 +51,7 @@ struct Context {
         bool deadline_hit;      /* the start deadline killed it */
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
+        Limits limits;          /* where the kernel's limits come from, its OOM counter */
         uint64_t oom_base;      /* the memory cgroup's oom_kill count at launch */
         bool oom_known;
         char *pending_error;    /* why the current launch failed, set before its exit */
@@ -498,12 +500,13 @@ static void context_handle_exit(Context *c) {
                         .signal = si.si_code == CLD_EXITED ? 0 : si.si_status,
                         .at = now_usec(CLOCK_REALTIME),
                 };
-        if (c->st.last_exit.signal == SIGKILL && c->oom_known) {
+        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && c->oom_known) {
                 uint64_t n;
-                /* The group is gone, but the cgroup is ours too: its counter says whether the OOM killer did it. */
-                if (cgroup_oom_kills(getpid(), &n) >= 0 && n > c->oom_base)
+                /* The process is gone, its memory cgroup is not: its counter says whether the OOM killer did it. */
+                if (cgroup_read_oom(c->limits.oom_path, &n) >= 0 && n > c->oom_base)
                         c->st.last_exit.oom = true;
         }
+        limits_release(&c->limits);
         describe_exit(&c->st.last_exit, what, sizeof what);
 
         uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
@@ -715,6 +718,13 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
         return 0;
 }
 
+/* The forked kernel waits before exec: put it under its limits and learn its OOM counter. */
+static void context_place(pid_t pid, void *userdata) {
+        Context *c = userdata;
+
+        (void) limits_apply(c->cfg, c->name, (unsigned long long) c->st.incarnation, pid, &c->limits);
+}
+
 static void context_launch(Context *c) {
         _cleanup_free_ char *err = NULL, *note = NULL, *kfile = NULL;
         _cleanup_strv_free_ char **argv = NULL, **env = NULL;
@@ -775,7 +785,10 @@ static void context_launch(Context *c) {
                 .cwd = c->cfg->cwd ?: (c->user.home && c->user.change ? c->user.home : "/"),
                 .user = &c->user,
                 .stdout_fd = outfd,
+                .prepare = context_place,
+                .userdata = c,
         };
+        limits_release(&c->limits);
         free(err);
         err = NULL;
         r = spawn_kernel(&p, &c->pid, &c->pidfd, &err);
@@ -787,7 +800,9 @@ static void context_launch(Context *c) {
         }
 
         c->st.pid = c->pid;
-        c->oom_known = cgroup_oom_kills(c->pid, &c->oom_base) >= 0;
+        c->oom_known = c->limits.oom_path && cgroup_read_oom(c->limits.oom_path, &c->oom_base) >= 0;
+        if (limits_wanted(c->cfg) && c->limits.note)
+                log_warning("%s: %s", c->name, c->limits.note);
         (void) proc_pid_starttime(c->pid, &c->st.pid_starttime);
         memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
         c->st.started_at = now_usec(CLOCK_REALTIME);
@@ -1029,7 +1044,9 @@ int context_adopt(Context *c, char **ret_reason) {
         c->want_running = true;
         c->adopting = true;
         c->got_info = c->got_iopub = false;
-        c->oom_known = cgroup_oom_kills(pid, &c->oom_base) >= 0;
+        limits_release(&c->limits);
+        limits_inspect(c->cfg, pid, &c->limits);
+        c->oom_known = c->limits.oom_path && cgroup_read_oom(c->limits.oom_path, &c->oom_base) >= 0;
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
         r = connection_file_write(c->cfg->connection_file, &c->st.conn, c->user.change ? c->user.uid : (uid_t) -1,
                                   c->user.change ? c->user.gid : (gid_t) -1);
@@ -1058,6 +1075,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
                 return;
         context_state_done(&c->st);
         spawn_user_done(&c->user);
+        limits_release(&c->limits);
         context_config_free(c->cfg);
         free(c->pending_error);
         free(c->name);
@@ -1100,17 +1118,22 @@ json_t *context_to_json(const Context *c) {
                         snprintf(sig, sizeof sig, "SIG%s", abbrev);
                 else
                         snprintf(sig, sizeof sig, "%d", c->st.last_exit.signal);
-                last_exit = json_pack("{s:o, s:o, s:b, s:o}", "code",
-                                      c->st.last_exit.signal || c->st.last_exit.unknown
-                                              ? json_null()
-                                              : json_integer(c->st.last_exit.code),
-                                      "signal", c->st.last_exit.signal ? json_string(sig) : json_null(), "oom",
-                                      c->st.last_exit.oom, "at", json_timestamp(c->st.last_exit.at));
+                const ExitInfo *e = &c->st.last_exit;
+                /* reason: one word for scripts; oom-kill only when the memory cgroup said so. */
+                const char *reason = e->oom      ? "oom-kill"
+                                     : e->unknown ? "unknown"
+                                     : e->signal  ? "signal"
+                                                  : "exit-code";
+                last_exit = json_pack("{s:o, s:o, s:b, s:s, s:o}", "code",
+                                      e->signal || e->unknown ? json_null() : json_integer(e->code), "signal",
+                                      e->signal ? json_string(sig) : json_null(), "oom", e->oom, "reason", reason,
+                                      "at", json_timestamp(e->at));
         }
         long long count = exec_queue_execution_count(c->exec);
         usec_t activity = exec_queue_last_activity(c->exec);
 
-        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i}", "name", c->name,
+        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o}", "name",
+                         c->name,
                          "state",
                          context_state_to_string(c->state), "pid", running ? json_integer(c->pid) : json_null(),
                          "kernel_id", c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(),
@@ -1121,5 +1144,5 @@ json_t *context_to_json(const Context *c) {
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
                          c->st.last_error ? json_string(c->st.last_error) : json_null(), "execution_count",
                          count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
-                         "queued", (int) exec_queue_pending(c->exec));
+                         "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits));
 }

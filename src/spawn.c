@@ -195,7 +195,7 @@ oom:
 }
 
 /* The child: only async-signal-safe calls from here to execve. */
-_Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd) {
+_Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd, int gofd) {
         const SpawnUser *u = p->user;
         sigset_t all;
         int step, e;
@@ -233,6 +233,16 @@ _Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd) {
         step = 7;
         if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
                 goto fail;
+        /* Wait until the parent has placed us (a cgroup, limits): one byte, or EOF if it died. */
+        if (gofd >= 0) {
+                char go;
+                ssize_t k;
+                do
+                        k = read(gofd, &go, 1);
+                while (k < 0 && errno == EINTR);
+                if (k != 1)
+                        _exit(127);
+        }
         step = 8;
         execve(p->argv[0], p->argv, p->env);
 fail:
@@ -259,7 +269,7 @@ static const char *step_name(int step) {
 
 int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error) {
         _cleanup_close_ int devnull = -1, pidfd = -1;
-        int errpipe[2], msg[2];
+        int errpipe[2], gopipe[2] = { -1, -1 }, msg[2];
         ssize_t k;
         pid_t pid;
 
@@ -268,18 +278,30 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                 return -errno;
         if (pipe2(errpipe, O_CLOEXEC) < 0)
                 return -errno;
+        if (p->prepare && pipe2(gopipe, O_CLOEXEC) < 0) {
+                int e = errno;
+                close(errpipe[0]);
+                close(errpipe[1]);
+                return -e;
+        }
 
         pid = fork();
         if (pid < 0) {
                 int e = errno;
                 close(errpipe[0]);
                 close(errpipe[1]);
+                if (gopipe[0] >= 0) {
+                        close(gopipe[0]);
+                        close(gopipe[1]);
+                }
                 return -e;
         }
         if (pid == 0)
-                child_exec(p, devnull, errpipe[1]);
+                child_exec(p, devnull, errpipe[1], gopipe[0]);
 
         close(errpipe[1]);
+        if (gopipe[0] >= 0)
+                close(gopipe[0]);
         /* Nothing reaps in between: the loop's SIGCHLD handler runs only when we return. */
         pidfd = pidfd_open(pid, 0);
         if (pidfd < 0) {
@@ -287,7 +309,14 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                 (void) kill(pid, SIGKILL);
                 (void) waitpid(pid, NULL, 0);
                 close(errpipe[0]);
+                if (gopipe[1] >= 0)
+                        close(gopipe[1]);
                 return -e;
+        }
+        if (p->prepare) {
+                p->prepare(pid, p->userdata);
+                (void) !write(gopipe[1], "g", 1);
+                close(gopipe[1]);
         }
         do
                 k = read(errpipe[0], msg, sizeof msg);

@@ -42,6 +42,10 @@ typedef struct SpawnParams {
         const char *cwd;    /* NULL: "/" */
         const SpawnUser *user;
         int stdout_fd;      /* the child's stdout and stderr; stdin is /dev/null */
+        /* Called in the parent while the child waits just before exec (to place
+         * it in a cgroup); may be NULL. */
+        void (*prepare)(pid_t pid, void *userdata);
+        void *userdata;
 } SpawnParams;
 
 /* Forks and execs a kernel in its own session and process group, with a

@@ -1,0 +1,399 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "limits.h"
+#include "util.h"
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+/* How long systemd may take to move the kernel into its new scope. */
+#define SCOPE_WAIT_USEC (3 * USEC_PER_SEC)
+#define CPU_PERIOD_USEC 100000
+
+bool limits_wanted(const ContextConfig *cc) {
+        return cc->memory_max || cc->cpu_quota || cc->tasks_max;
+}
+
+_printf_(2, 3) static void note_set(Limits *l, const char *fmt, ...) {
+        va_list ap;
+
+        free(l->note);
+        va_start(ap, fmt);
+        if (vasprintf(&l->note, fmt, ap) < 0)
+                l->note = NULL;
+        va_end(ap);
+}
+
+/* The cgroup path of pid for a v1 controller ("memory", "pids", "cpu", "name=systemd"), or the v2 path
+ * (controller NULL), from the "ID:CONTROLLERS:PATH" lines of /proc/PID/cgroup. */
+static char *pid_cgroup(pid_t pid, const char *controller) {
+        _cleanup_free_ char *text = NULL;
+        char proc[64], *save = NULL;
+
+        snprintf(proc, sizeof proc, "/proc/%d/cgroup", (int) pid);
+        if (read_file(proc, 64 * 1024, &text, NULL) < 0)
+                return NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c1 = *c2 = '\0';
+                if (!controller) {
+                        if (streq(line, "0") && c1 + 1 == c2)
+                                return strdup(c2 + 1);
+                        continue;
+                }
+                /* Controllers are listed comma-separated: "cpu,cpuacct". */
+                for (char *p = c1 + 1; p < c2;) {
+                        size_t n = strcspn(p, ",");
+                        if (n == strlen(controller) && strncmp(p, controller, n) == 0)
+                                return strdup(c2 + 1);
+                        p += n + 1;
+                }
+        }
+        return NULL;
+}
+
+/* The directory of a v1 controller's hierarchy: "cpu" may be mounted as "cpu,cpuacct". */
+static const char *v1_mount(const char *controller) {
+        static char buf[64];
+        struct stat st;
+
+        snprintf(buf, sizeof buf, CGROUP_ROOT "/%s", controller);
+        if (stat(buf, &st) == 0)
+                return buf;
+        if (streq(controller, "cpu")) {
+                snprintf(buf, sizeof buf, CGROUP_ROOT "/cpu,cpuacct");
+                if (stat(buf, &st) == 0)
+                        return buf;
+        }
+        return NULL;
+}
+
+static int read_u64(const char *path, uint64_t *ret) {
+        _cleanup_free_ char *s = NULL;
+        int r = read_file(path, 256, &s, NULL);
+
+        if (r < 0)
+                return r;
+        if (strncmp(s, "max", 3) == 0) {
+                *ret = UINT64_MAX;
+                return 0;
+        }
+        return sscanf(s, "%" SCNu64, ret) == 1 ? 0 : -EBADMSG;
+}
+
+static int write_str(const char *path, const char *value) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        size_t n = strlen(value);
+
+        if (fd < 0)
+                return -errno;
+        if (write(fd, value, n) != (ssize_t) n)
+                return -errno;
+        return 0;
+}
+
+/* Whether pid's own cgroups show each wanted limit. */
+static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
+        _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
+        char path[4200];
+        uint64_t v;
+
+        l->memory = l->cpu = l->tasks = false;
+        if (cc->memory_max) {
+                _cleanup_free_ char *m = pid_cgroup(pid, "memory");
+                const char *mnt = v1_mount("memory");
+                /* v1 rounds the limit down to whole pages. */
+                if (m && mnt && (snprintf(path, sizeof path, "%s%s/memory.limit_in_bytes", mnt, m), true) &&
+                    read_u64(path, &v) >= 0 && v <= cc->memory_max && v + 65536 > cc->memory_max)
+                        l->memory = true;
+                else if (v2 && (snprintf(path, sizeof path, CGROUP_ROOT "%s/memory.max", v2), true) &&
+                         read_u64(path, &v) >= 0 && v <= cc->memory_max && v + 65536 > cc->memory_max)
+                        l->memory = true;
+        }
+        if (cc->tasks_max) {
+                _cleanup_free_ char *m = pid_cgroup(pid, "pids");
+                const char *mnt = v1_mount("pids");
+                if (m && mnt && (snprintf(path, sizeof path, "%s%s/pids.max", mnt, m), true) &&
+                    read_u64(path, &v) >= 0 && v == cc->tasks_max)
+                        l->tasks = true;
+                else if (v2 && (snprintf(path, sizeof path, CGROUP_ROOT "%s/pids.max", v2), true) &&
+                         read_u64(path, &v) >= 0 && v == cc->tasks_max)
+                        l->tasks = true;
+        }
+        if (cc->cpu_quota) {
+                _cleanup_free_ char *m = pid_cgroup(pid, "cpu");
+                const char *mnt = v1_mount("cpu");
+                _cleanup_free_ char *s = NULL;
+                if (m && mnt && (snprintf(path, sizeof path, "%s%s/cpu.cfs_quota_us", mnt, m), true) &&
+                    read_u64(path, &v) >= 0 && v != UINT64_MAX && v > 0)
+                        l->cpu = true;
+                else if (v2 && (snprintf(path, sizeof path, CGROUP_ROOT "%s/cpu.max", v2), true) &&
+                         read_file(path, 256, &s, NULL) >= 0 && strncmp(s, "max", 3) != 0)
+                        l->cpu = true;
+        }
+}
+
+static bool limits_all(const ContextConfig *cc, const Limits *l) {
+        return (!cc->memory_max || l->memory) && (!cc->cpu_quota || l->cpu) && (!cc->tasks_max || l->tasks);
+}
+
+/* ---- systemd: a transient scope ---- */
+
+static int apply_systemd(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
+                         Limits *l) {
+        sd_bus *bus = NULL;
+        sd_bus_message *m = NULL, *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_free_ char *unit = NULL, *desc = NULL;
+        usec_t deadline;
+        int r;
+
+        if (sd_booted() <= 0)
+                return -ENOMEDIUM;
+        if (asprintf(&unit, "kernelsup-%s-%llu.scope", name, incarnation) < 0 ||
+            asprintf(&desc, "kernelsup kernel of context %s", name) < 0)
+                return -ENOMEM;
+        r = sd_bus_open_system(&bus);
+        if (r < 0)
+                goto finish;
+        r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                           "org.freedesktop.systemd1.Manager", "StartTransientUnit");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", unit, "fail");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "(sv)");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "(sv)(sv)(sv)", "PIDs", "au", 1, (uint32_t) pid, "Description", "s",
+                                          desc, "CollectMode", "s", "inactive-or-failed");
+        if (r >= 0 && cc->memory_max)
+                r = sd_bus_message_append(m, "(sv)", "MemoryMax", "t", (uint64_t) cc->memory_max);
+        if (r >= 0 && cc->cpu_quota)
+                r = sd_bus_message_append(m, "(sv)", "CPUQuotaPerSecUSec", "t",
+                                          (uint64_t) cc->cpu_quota * USEC_PER_SEC / 100);
+        if (r >= 0 && cc->tasks_max)
+                r = sd_bus_message_append(m, "(sv)", "TasksMax", "t", (uint64_t) cc->tasks_max);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "a(sa(sv))", 0);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 5 * USEC_PER_SEC, &error, &reply);
+        if (r < 0) {
+                note_set(l, "systemd refused the scope: %s", error.message ?: strerror(-r));
+                goto finish;
+        }
+        /* The job moves the pid when it runs: wait until the kernel is in the scope. */
+        deadline = now_usec(CLOCK_MONOTONIC) + SCOPE_WAIT_USEC;
+        for (;;) {
+                _cleanup_free_ char *now = pid_cgroup(pid, "name=systemd");
+                _cleanup_free_ char *v2 = now ? NULL : pid_cgroup(pid, NULL);
+                const char *where = now ?: v2;
+                if (where && strstr(where, unit))
+                        break;
+                if (now_usec(CLOCK_MONOTONIC) > deadline) {
+                        note_set(l, "the kernel did not arrive in %s (still in %s)", unit, where ?: "?");
+                        r = -ETIMEDOUT;
+                        goto finish;
+                }
+                (void) nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+        }
+        l->unit = TAKE_PTR(unit);
+        l->mechanism = LIMITS_SYSTEMD;
+        r = 0;
+finish:
+        sd_bus_error_free(&error);
+        sd_bus_message_unref(reply);
+        sd_bus_message_unref(m);
+        sd_bus_flush_close_unref(bus);
+        return r;
+}
+
+/* ---- Without systemd: a sub-cgroup of our own ---- */
+
+/* Makes <mount><own path>/kernelsup-<name>, writes file = value, moves pid in. */
+static int cgroup_place(const char *mount, const char *own, const char *name, const char *const files[][2],
+                        size_t n_files, pid_t pid, char **ret_dir) {
+        _cleanup_free_ char *dir = NULL;
+        char path[4300], pidstr[32];
+        int r;
+
+        if (asprintf(&dir, "%s%s%skernelsup-%s", mount, own, streq(own, "/") ? "" : "/", name) < 0)
+                return -ENOMEM;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        for (size_t i = 0; i < n_files; i++) {
+                snprintf(path, sizeof path, "%s/%s", dir, files[i][0]);
+                r = write_str(path, files[i][1]);
+                if (r < 0)
+                        return r;
+        }
+        snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+        snprintf(pidstr, sizeof pidstr, "%d", (int) pid);
+        r = write_str(path, pidstr);
+        if (r < 0)
+                return r;
+        *ret_dir = TAKE_PTR(dir);
+        return 0;
+}
+
+static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Limits *l) {
+        char mem[32], tasks[32], quota[32], period[32], v2cpu[64];
+        int n_dirs = 0, r = -ENOENT, placed = 0;
+        const char *mnt;
+
+        snprintf(mem, sizeof mem, "%" PRIu64, cc->memory_max);
+        snprintf(tasks, sizeof tasks, "%u", cc->tasks_max);
+        snprintf(quota, sizeof quota, "%llu", (unsigned long long) cc->cpu_quota * CPU_PERIOD_USEC / 100);
+        snprintf(period, sizeof period, "%d", CPU_PERIOD_USEC);
+        snprintf(v2cpu, sizeof v2cpu, "%s %s", quota, period);
+
+        /* cgroup v1, one hierarchy per controller (these machines bind memory, pids and cpu to v1). */
+        const struct {
+                const char *controller;
+                bool want;
+                const char *files[2][2];
+                size_t n;
+        } v1[] = {
+                { "memory", cc->memory_max != 0, { { "memory.limit_in_bytes", mem } }, 1 },
+                { "pids", cc->tasks_max != 0, { { "pids.max", tasks } }, 1 },
+                { "cpu", cc->cpu_quota != 0, { { "cpu.cfs_period_us", period }, { "cpu.cfs_quota_us", quota } }, 2 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(v1); i++) {
+                _cleanup_free_ char *own = NULL;
+                if (!v1[i].want || !(mnt = v1_mount(v1[i].controller)) ||
+                    !(own = pid_cgroup(getpid(), v1[i].controller)))
+                        continue;
+                r = cgroup_place(mnt, own, name, v1[i].files, v1[i].n, pid, &l->dirs[n_dirs]);
+                if (r >= 0) {
+                        n_dirs++;
+                        placed++;
+                }
+        }
+        if (placed == 0) {
+                /* cgroup v2: one directory, the controllers must be enabled below our own cgroup. */
+                _cleanup_free_ char *own = pid_cgroup(getpid(), NULL);
+                const char *files[3][2];
+                size_t n = 0;
+                if (cc->memory_max)
+                        files[n][0] = "memory.max", files[n++][1] = mem;
+                if (cc->tasks_max)
+                        files[n][0] = "pids.max", files[n++][1] = tasks;
+                if (cc->cpu_quota)
+                        files[n][0] = "cpu.max", files[n++][1] = v2cpu;
+                if (own)
+                        r = cgroup_place(CGROUP_ROOT, own, name, files, n, pid, &l->dirs[n_dirs]);
+                if (own && r >= 0)
+                        n_dirs++, placed++;
+        }
+        if (placed == 0) {
+                note_set(l, "no cgroup of ours could take the limits (%s)%s", strerror(-r),
+                         getuid() != 0 ? "; not root" : "");
+                return r;
+        }
+        l->mechanism = LIMITS_CGROUP;
+        return 0;
+}
+
+int limits_apply(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
+                 Limits *ret) {
+        Limits l = { .mechanism = LIMITS_NONE };
+
+        if (limits_wanted(cc)) {
+                if (apply_systemd(cc, name, incarnation, pid, &l) >= 0) {
+                        limits_verify(cc, pid, &l);
+                        if (!limits_all(cc, &l))
+                                note_set(&l, "%s does not enforce every limit (are the cgroup controllers "
+                                         "delegated and writable?)", l.unit);
+                }
+                if (!limits_all(cc, &l) && apply_cgroup(cc, name, pid, &l) >= 0) {
+                        limits_verify(cc, pid, &l);
+                        if (limits_all(cc, &l)) {
+                                free(l.note);
+                                l.note = NULL;
+                        }
+                }
+                if (cc->memory_max && !l.memory) {
+                        /* A soft cap: the address space, so the kernel gets MemoryError rather than the OOM killer. */
+                        struct rlimit rl = { .rlim_cur = cc->memory_max, .rlim_max = cc->memory_max };
+                        if (prlimit(pid, RLIMIT_AS, &rl, NULL) >= 0) {
+                                l.memory = true;
+                                if (l.mechanism == LIMITS_NONE)
+                                        l.mechanism = LIMITS_RLIMIT;
+                        }
+                }
+        }
+        (void) cgroup_oom_path(pid, &l.oom_path);
+        *ret = l;
+        return 0;
+}
+
+void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
+        Limits l = { .mechanism = LIMITS_NONE };
+        _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL),
+                            *mem = pid_cgroup(pid, "memory");
+        const char *where = sd ?: v2;
+
+        if (limits_wanted(cc)) {
+                limits_verify(cc, pid, &l);
+                if (where && strstr(where, "/kernelsup-") && strstr(where, ".scope"))
+                        l.mechanism = LIMITS_SYSTEMD;
+                else if ((mem && strstr(mem, "/kernelsup-")) || (v2 && strstr(v2, "/kernelsup-")))
+                        l.mechanism = LIMITS_CGROUP;
+                if (!limits_all(cc, &l))
+                        note_set(&l, "adopted: its cgroups do not show every limit");
+        }
+        (void) cgroup_oom_path(pid, &l.oom_path);
+        *ret = l;
+}
+
+void limits_release(Limits *l) {
+        for (size_t i = 0; i < ELEMENTSOF(l->dirs); i++) {
+                if (l->dirs[i])
+                        (void) rmdir(l->dirs[i]); /* EBUSY while an orphan of the kernel lives on: kept */
+                free(l->dirs[i]);
+        }
+        free(l->unit);
+        free(l->oom_path);
+        free(l->note);
+        *l = (Limits){ 0 };
+}
+
+json_t *limits_to_json(const ContextConfig *cc, const Limits *l) {
+        static const char *const names[] = {
+                [LIMITS_NONE] = "none", [LIMITS_SYSTEMD] = "systemd-scope", [LIMITS_CGROUP] = "cgroup",
+                [LIMITS_RLIMIT] = "rlimit",
+        };
+        json_t *enforced = json_array(), *not_enforced = json_array();
+        char quota[32];
+        const struct {
+                const char *name;
+                bool want, have;
+        } items[] = {
+                { "memory_max", cc->memory_max != 0, l->memory },
+                { "cpu_quota", cc->cpu_quota != 0, l->cpu },
+                { "tasks_max", cc->tasks_max != 0, l->tasks },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(items); i++)
+                if (items[i].want)
+                        json_array_append_new(items[i].have ? enforced : not_enforced, json_string(items[i].name));
+        snprintf(quota, sizeof quota, "%u%%", cc->cpu_quota);
+        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "mechanism", names[l->mechanism], "memory_max",
+                         cc->memory_max ? json_integer((json_int_t) cc->memory_max) : json_null(), "cpu_quota",
+                         cc->cpu_quota ? json_string(quota) : json_null(), "tasks_max",
+                         cc->tasks_max ? json_integer(cc->tasks_max) : json_null(), "enforced", enforced,
+                         "not_enforced", not_enforced, "note", l->note ? json_string(l->note) : json_null());
+}

@@ -1,0 +1,50 @@
+/* Resource limits of one kernel (memory_max, cpu_quota, tasks_max), put in
+ * place while the forked kernel waits before exec, and verified: a limit
+ * counts only when the kernel's own cgroup shows it. In order:
+ *   1. systemd: a transient scope per kernel (StartTransientUnit over sd-bus,
+ *      as `systemd-run --scope` does);
+ *   2. without systemd (or when its limits are not enforced), as root: a
+ *      sub-cgroup of the daemon's own (v1 memory/cpu/pids, or v2);
+ *   3. else for memory: RLIMIT_AS, a soft cap (address space, not RSS).
+ * status says per context which mechanism applies, or that none does. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "config.h"
+
+typedef enum LimitsMechanism {
+        LIMITS_NONE,
+        LIMITS_SYSTEMD,
+        LIMITS_CGROUP,
+        LIMITS_RLIMIT,
+} LimitsMechanism;
+
+typedef struct Limits {
+        LimitsMechanism mechanism;
+        bool memory, cpu, tasks; /* verified in place */
+        char *unit;              /* the systemd scope */
+        char *dirs[3];           /* sub-cgroups we made, removed at release */
+        char *oom_path;          /* the kernel's memory cgroup counter (memory.events / memory.oom_control) */
+        char *note;              /* why a limit is not enforced */
+} Limits;
+
+bool limits_wanted(const ContextConfig *cc);
+
+/* Places pid (forked, not yet exec'd) under cc's limits. name and
+ * incarnation name the scope or cgroup. Never fails the launch: what could not
+ * be enforced is said in ret->note. */
+int limits_apply(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
+                 Limits *ret);
+
+/* For an adopted kernel: what its cgroups show now, without changing them. */
+void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
+
+/* After the kernel has exited: removes the sub-cgroups we made, frees. */
+void limits_release(Limits *l);
+
+/* {"mechanism": "systemd-scope"|"cgroup"|"rlimit"|"none", "memory_max": N|null, "cpu_quota": "50%"|null,
+ *  "tasks_max": N|null, "enforced": [names], "not_enforced": [names], "note": str|null} */
+json_t *limits_to_json(const ContextConfig *cc, const Limits *l);
