@@ -16,7 +16,7 @@
 #include "context.h"
 #include "exec.h"
 #include "jupyter.h"
-#include "limits.h"
+#include "resources.h"
 #include "log.h"
 #include "spawn.h"
 #include "supervisor.h"

@@ -332,6 +332,11 @@ static void test_value_errors(void) {
                 { "context:a", "output_limit = 10T", "expected a size such as 512K or 10M" },
                 { "context:a", "output_limit = 2G", "must be from 1K to 1G" },
                 { "context:a", "output_limit = 100", "must be from 1K to 1G" },
+                { "context:a", "memory_max = lots", "expected a size such as 512M or 4G, or none" },
+                { "context:a", "memory_max = 100K", "must be from 1M to 1024T" },
+                { "defaults", "cpu_quota = 50", "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
+                { "context:a", "cpu_quota = 0%", "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
+                { "context:a", "tasks_max = 0", "expected a number from 1 to 4194304, or none" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -555,6 +560,28 @@ static void test_happy(void) {
                 is_int(c->contexts[0].output_limit, 64 * 1024, "output_limit 64K");
                 is_int(c->contexts[1].unresponsive_restart, 0, "unresponsive_restart = no");
                 is_int(c->contexts[1].output_limit, 1024 * 1024 * 1024, "output_limit 1G");
+        }
+        config_free(c);
+
+        /* Resource limits, and that changing one needs a restart of the kernel. */
+        new_ctx_dir(false);
+        c = load_ok("[defaults]\nmemory_max = 2G\n[context:a]\ncpu_quota = 150%\ntasks_max = 64\n"
+                    "[context:b]\nmemory_max = none\n",
+                    "limits");
+        if (c && c->n_contexts == 2) {
+                is_int(c->contexts[0].memory_max, 2ULL << 30, "memory_max 2G from [defaults]");
+                is_int(c->contexts[0].cpu_quota, 150, "cpu_quota 150%%");
+                is_int(c->contexts[0].tasks_max, 64, "tasks_max 64");
+                is_int(c->contexts[1].memory_max, 0, "memory_max = none");
+                is_int(c->contexts[1].cpu_quota, 0, "cpu_quota unset: none");
+                ContextConfig x = c->contexts[0];
+                x.memory_max = 1ULL << 30;
+                is_str(context_config_process_change(&c->contexts[0], &x), "memory_max",
+                       "a changed memory_max restarts the kernel");
+                x = c->contexts[0];
+                x.restart = RESTART_NO;
+                ok(context_config_process_change(&c->contexts[0], &x) == NULL, "restart= is no process change");
+                is_str(context_config_setting_change(&c->contexts[0], &x), "restart", "restart= applies in place");
         }
         config_free(c);
 

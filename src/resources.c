@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
-#include "limits.h"
+#include "resources.h"
 #include "util.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"

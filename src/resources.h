@@ -1,4 +1,4 @@
-/* Resource limits of one kernel (memory_max, cpu_quota, tasks_max), put in
+/* resources: the limits of one kernel (memory_max, cpu_quota, tasks_max), put in
  * place while the forked kernel waits before exec, and verified: a limit
  * counts only when the kernel's own cgroup shows it. In order:
  *   1. systemd: a transient scope per kernel (StartTransientUnit over sd-bus,
