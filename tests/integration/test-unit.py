@@ -65,6 +65,14 @@ else:
         ours = [l for l in (r.stdout + r.stderr).splitlines() if "kernel.service" in l]
         ok(r.returncode == 0 and not ours, "systemd-analyze verify accepts kernel.service",
            "exit %d\n%s" % (r.returncode, r.stdout + r.stderr))
+        # The hardening the README states: the exposure systemd-analyze security computes offline.
+        r = subprocess.run([analyze, "security", "--offline=true", path], capture_output=True, text=True)
+        score = None
+        for line in r.stdout.splitlines():
+            if "Overall exposure level" in line:
+                score = float(line.split(":")[1].split()[0])
+        ok(score is not None and score <= 7.0, "systemd-analyze security: exposure at most 7.0 (README: 6.8)",
+           "score %r\n%s" % (score, r.stdout[-2000:] + r.stderr))
     finally:
         shutil.rmtree(tmp)
 
