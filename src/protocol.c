@@ -24,6 +24,7 @@
 
 #include "macro.h"
 #include "protocol.h"
+#include "util.h"
 
 int protocol_exit_code(int rpc_code) {
         static const struct {
@@ -80,23 +81,6 @@ static int message_set_id(json_t *j, const json_t *id) {
         return json_object_set_new(j, "id", id ? json_incref((json_t *) id) : json_null());
 }
 
-/* A JSON string for text that may not be valid UTF-8 (an error message built
- * from arbitrary input): bytes that jansson rejects become '?'. */
-static json_t *string_sanitized(const char *s) {
-        _cleanup_free_ char *copy = NULL;
-        json_t *j;
-
-        j = json_string(s);
-        if (j)
-                return j;
-        copy = strdup(s);
-        if (!copy)
-                return NULL;
-        for (char *p = copy; *p; p++)
-                if ((unsigned char) *p >= 0x80)
-                        *p = '?';
-        return json_string(copy);
-}
 
 char *protocol_request(long long id, const char *method, json_t *params) {
         json_auto_t *p = params;
@@ -129,7 +113,7 @@ char *protocol_error(const json_t *id, int code, const char *message, json_t *da
         if (!j || !e || message_set_id(j, id) < 0)
                 return NULL;
         if (json_object_set_new(e, "code", json_integer(code)) < 0 ||
-            json_object_set_new(e, "message", string_sanitized(message ?: "")) < 0)
+            json_object_set_new(e, "message", json_string_lossy(message ?: "")) < 0)
                 return NULL;
         if (d && json_object_set_new(e, "data", TAKE_PTR(d)) < 0)
                 return NULL;

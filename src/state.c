@@ -33,47 +33,6 @@ static void erase_freep(char **p) {
 }
 #define _cleanup_erase_free_ _cleanup_(erase_freep)
 
-/* Reads a small regular file inside dirfd without following a symlink at name. */
-static int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_size) {
-        _cleanup_close_ int fd = -1;
-        _cleanup_free_ char *buf = NULL;
-        struct stat st;
-        size_t n = 0;
-
-        /* O_NONBLOCK so that a FIFO planted at name cannot hang the open. */
-        fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (S_ISDIR(st.st_mode))
-                return -EISDIR;
-        if (!S_ISREG(st.st_mode))
-                return -EINVAL;
-
-        buf = malloc(max + 1);
-        if (!buf)
-                return -ENOMEM;
-        /* Read one byte past max, so a file that grew after fstat is still caught. */
-        for (;;) {
-                ssize_t k = read(fd, buf + n, max + 1 - n);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        break;
-                n += (size_t) k;
-                if (n > max)
-                        return -EFBIG;
-        }
-        buf[n] = '\0';
-        *ret = TAKE_PTR(buf);
-        *ret_size = n;
-        return 0;
-}
-
 static int open_contexts_dir(int state_dirfd) {
         int fd = openat(state_dirfd, CONTEXTS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
@@ -215,7 +174,7 @@ int state_supervisor_start(int state_dirfd, SupervisorState *ret) {
         size_t size;
         int r;
 
-        r = read_file_at(state_dirfd, SUPERVISOR_FILE, STATE_FILE_MAX, &text, &size);
+        r = read_file_at(state_dirfd, SUPERVISOR_FILE, true, STATE_FILE_MAX, &text, &size);
         if (r == -EFBIG)
                 corrupt = true;
         else if (r >= 0) {
@@ -276,23 +235,6 @@ static json_t *exit_info_to_json(const ExitInfo *e) {
                          json_uint(e->at));
 }
 
-/* JSON strings must be UTF-8. last_error may quote a kernel's output or a path, so rather than fail the
- * whole save over it, a text that is not UTF-8 is kept with its non-ASCII bytes replaced. */
-static json_t *json_string_lossy(const char *s) {
-        _cleanup_free_ char *copy = NULL;
-        json_t *v;
-
-        v = json_string(s);
-        if (v)
-                return v;
-        copy = strdup(s);
-        if (!copy)
-                return NULL;
-        for (char *p = copy; *p; p++)
-                if ((unsigned char) *p >= 0x80)
-                        *p = '?';
-        return json_string(copy);
-}
 
 json_t *context_state_to_json(const ContextState *s) {
         json_auto_t *j = NULL;
@@ -489,7 +431,7 @@ int context_state_load(int state_dirfd, const char *name, ContextState *ret) {
         dfd = open_contexts_dir(state_dirfd);
         if (dfd < 0)
                 return dfd;
-        r = read_file_at(dfd, fname, STATE_FILE_MAX, &text, &size);
+        r = read_file_at(dfd, fname, true, STATE_FILE_MAX, &text, &size);
         if (r < 0)
                 return r;
         j = json_loadb(text, size, JSON_REJECT_DUPLICATES, NULL);

@@ -317,18 +317,29 @@ int write_file_atomic(const char *path, const void *data, size_t len, mode_t mod
         return write_file_atomic_at(dirfd, name, data, len, mode, uid, gid);
 }
 
-int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+int read_file_at(int dirfd, const char *name, bool nofollow, size_t max, char **ret, size_t *ret_size) {
+        _cleanup_close_ int fd = -1;
         _cleanup_free_ char *buf = NULL;
+        struct stat st;
         size_t n = 0;
 
+        /* O_NONBLOCK so that a FIFO planted at name cannot hang the open. */
+        fd = openat(dirfd, name, O_RDONLY | (nofollow ? O_NOFOLLOW : 0) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (S_ISDIR(st.st_mode))
+                return -EISDIR;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+
         buf = malloc(max + 1);
         if (!buf)
                 return -ENOMEM;
+        /* Read one byte past max, so a file that grew after fstat is still caught. */
         for (;;) {
-                ssize_t k = read(fd, buf + n, max - n);
+                ssize_t k = read(fd, buf + n, max + 1 - n);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -337,18 +348,36 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
                 if (k == 0)
                         break;
                 n += (size_t) k;
-                if (n == max) {
-                        char c;
-                        if (read(fd, &c, 1) > 0)
-                                return -EFBIG;
-                        break;
-                }
+                if (n > max)
+                        return -EFBIG;
         }
         buf[n] = '\0';
         *ret = TAKE_PTR(buf);
         if (ret_size)
                 *ret_size = n;
         return 0;
+}
+
+int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
+        return read_file_at(AT_FDCWD, path, false, max, ret, ret_size);
+}
+
+/* JSON strings must be UTF-8. A text that is not (a path, a kernel's output) is kept with its non-ASCII bytes
+ * replaced rather than lost. */
+json_t *json_string_lossy(const char *s) {
+        _cleanup_free_ char *copy = NULL;
+        json_t *v;
+
+        v = json_string(s);
+        if (v)
+                return v;
+        copy = strdup(s);
+        if (!copy)
+                return NULL;
+        for (char *p = copy; *p; p++)
+                if ((unsigned char) *p >= 0x80)
+                        *p = '?';
+        return json_string(copy);
 }
 
 bool context_name_valid(const char *name) {

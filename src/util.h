@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+#include <jansson.h>
 
 #include "macro.h"
 
@@ -52,8 +53,14 @@ int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t l
 /* The same for a path: opens its parent with open_dir_nofollow. */
 int write_file_atomic(const char *path, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid);
 
-/* Reads a whole (small) file; NUL-terminated, *ret_size excludes the NUL. */
+/* Reads a whole (small) regular file of at most max bytes (-EFBIG beyond; -EISDIR, -EINVAL for other kinds;
+ * a FIFO cannot hang the open), relative to dirfd, without following a symlink at name when nofollow.
+ * NUL-terminated; *ret_size (may be NULL) excludes the NUL. */
+int read_file_at(int dirfd, const char *name, bool nofollow, size_t max, char **ret, size_t *ret_size);
 int read_file(const char *path, size_t max, char **ret, size_t *ret_size);
+
+/* A JSON string of s; text that is not UTF-8 has its non-ASCII bytes replaced by '?'. NULL on out of memory. */
+json_t *json_string_lossy(const char *s);
 
 /* Splits "dir/name" into a newly allocated dir (or ".") and a pointer to the name. */
 int path_split(const char *path, char **ret_dir, const char **ret_name);
