@@ -1206,6 +1206,9 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
 
         if (!context_name_valid(args[0]))
                 return usage_error("invalid context name: '%s' (expected [A-Za-z0-9_.-]{1,64})", args[0]);
+        if (args[0][0] == '.')
+                return usage_error("invalid context name: '%s' (a name starting with '.' would be a hidden file, "
+                                   "which contexts_dir ignores)", args[0]);
         params = json_pack("{s:s}", "context", args[0]);
         env = json_array();
         if (!params || !env || json_object_set_new(params, "env", env) < 0)

@@ -295,7 +295,9 @@ static void retire_cb(uv_timer_t *t) {
                         if (w->ctx == c)
                                 waiter_answer(w, KS_ERR_NO_CONTEXT, NULL, "the context was removed");
                 }
-                (void) context_forget(c);
+                /* Removed and added again meanwhile: the state file belongs to the new context now. */
+                if (!supervisor_find(s, context_name(c)))
+                        (void) context_forget(c);
                 log_info("%s: removed", context_name(c));
                 context_free(c);
         }
@@ -847,6 +849,11 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
         if (!name || !context_name_valid(name))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
                                              "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
+        /* contexts_dir ignores hidden files (editors' and our own temporary files start with '.'). */
+        if (name[0] == '.')
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "invalid context name %s: a name starting with '.' would be a hidden "
+                                             "file, which contexts_dir ignores", name);
         if (supervisor_find(s, name))
                 return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
         if (env && !json_is_array(env))
