@@ -52,8 +52,6 @@ struct Context {
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         Limits limits;          /* where the kernel's limits come from, its OOM counter */
-        uint64_t oom_base;      /* the memory cgroup's oom_kill count at launch */
-        bool oom_known;
         char *pending_error;    /* why the current launch failed, set before its exit */
 
         uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
@@ -500,12 +498,9 @@ static void context_handle_exit(Context *c) {
                         .signal = si.si_code == CLD_EXITED ? 0 : si.si_status,
                         .at = now_usec(CLOCK_REALTIME),
                 };
-        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && c->oom_known) {
-                uint64_t n;
-                /* The process is gone, its memory cgroup is not: its counter says whether the OOM killer did it. */
-                if (cgroup_read_oom(c->limits.oom_path, &n) >= 0 && n > c->oom_base)
-                        c->st.last_exit.oom = true;
-        }
+        /* Its memory cgroup (watched since launch) says whether the OOM killer did it. */
+        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && limits_oom_killed(&c->limits))
+                c->st.last_exit.oom = true;
         limits_release(&c->limits);
         describe_exit(&c->st.last_exit, what, sizeof what);
 
@@ -800,7 +795,6 @@ static void context_launch(Context *c) {
         }
 
         c->st.pid = c->pid;
-        c->oom_known = c->limits.oom_path && cgroup_read_oom(c->limits.oom_path, &c->oom_base) >= 0;
         if (limits_wanted(c->cfg) && c->limits.note)
                 log_warning("%s: %s", c->name, c->limits.note);
         (void) proc_pid_starttime(c->pid, &c->st.pid_starttime);
@@ -941,6 +935,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                 return -ENOMEM;
         }
         c->pidfd = -1;
+        c->limits = (Limits){ .oom_fd = -1, .oom_efd = -1 };
         c->state = CONTEXT_STOPPED;
 
         r = context_state_load(s->state_dirfd, c->name, &c->st);
@@ -1046,7 +1041,6 @@ int context_adopt(Context *c, char **ret_reason) {
         c->got_info = c->got_iopub = false;
         limits_release(&c->limits);
         limits_inspect(c->cfg, pid, &c->limits);
-        c->oom_known = c->limits.oom_path && cgroup_read_oom(c->limits.oom_path, &c->oom_base) >= 0;
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
         r = connection_file_write(c->cfg->connection_file, &c->st.conn, c->user.change ? c->user.uid : (uid_t) -1,
                                   c->user.change ? c->user.gid : (gid_t) -1);

@@ -297,6 +297,11 @@ typedef void (*notify_fn)(const RpcMessage *m, void *userdata);
  * for its reply, handing notifications to on_notify (may be NULL). Returns
  * EXIT_OK with *ret set when the daemon answered (with a result or an
  * error); otherwise prints the problem and returns the exit code. */
+/* check and wait outlive a daemon that dies under them (a crash, the watchdog): they connect
+ * again to its successor. transact() then returns EXIT_LOST quietly when the connection drops. */
+#define EXIT_LOST 100
+static bool lost_is_retried;
+
 static int transact(int fd, const char *method, json_t *params, usec_t wait, notify_fn on_notify, void *userdata,
                     Reply *ret) {
         _cleanup_free_ char *request = NULL, *buf = NULL;
@@ -381,9 +386,13 @@ static int transact(int fd, const char *method, json_t *params, usec_t wait, not
                 if (k < 0) {
                         if (errno == EINTR || errno == EAGAIN)
                                 continue;
+                        if (lost_is_retried)
+                                return EXIT_LOST;
                         return fail(EXIT_FAILED, "lost the connection to kernelsupd: %s.", strerror(errno));
                 }
                 if (k == 0) {
+                        if (lost_is_retried)
+                                return EXIT_LOST;
                         if (send_error < 0)
                                 return fail(EXIT_FAILED, "cannot send to kernelsupd: %s.", strerror(-send_error));
                         return fail(EXIT_FAILED, "kernelsupd closed the connection without replying.");
@@ -1001,16 +1010,23 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
 
         if (!context_name_valid(args[0]))
                 return usage_error("invalid context name: '%s'", args[0]);
-        r = connect_retry(o->socket, deadline, total, &fd);
-        if (r != EXIT_OK)
-                return r;
-        now = now_usec(CLOCK_MONOTONIC);
-        /* What connecting took comes out of the daemon's share; at least a moment is left to it. */
-        left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
-        params = json_pack("{s:s, s:o}", "context", args[0], "timeout", seconds_json(left));
-        if (!params)
-                return fail(EXIT_FAILED, "out of memory.");
-        r = transact(fd, "check", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
+        lost_is_retried = true;
+        do {
+                fd = safe_close(fd);
+                r = connect_retry(o->socket, deadline, total, &fd);
+                if (r != EXIT_OK)
+                        return r;
+                now = now_usec(CLOCK_MONOTONIC);
+                /* What connecting took comes out of the daemon's share; at least a moment is left to it. */
+                left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
+                params = json_pack("{s:s, s:o}", "context", args[0], "timeout", seconds_json(left));
+                if (!params)
+                        return fail(EXIT_FAILED, "out of memory.");
+                r = transact(fd, "check", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
+        } while (r == EXIT_LOST && now_usec(CLOCK_MONOTONIC) < deadline);
+        if (r == EXIT_LOST)
+                return fail(EXIT_UNREACHABLE, "kernelsupd went away and did not come back within %g s.",
+                            usec_to_seconds(total));
         if (r != EXIT_OK)
                 return r;
 
@@ -1082,24 +1098,31 @@ static int cmd_wait(const Options *o, char **args, unsigned n_args) {
         r = validate_contexts(args, n_args);
         if (r != EXIT_OK)
                 return r;
-        r = connect_retry(o->socket, deadline, total, &fd);
-        if (r != EXIT_OK)
-                return r;
-        now = now_usec(CLOCK_MONOTONIC);
-        left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
-        params = json_pack("{s:o}", "timeout", seconds_json(left));
-        if (!params)
-                return fail(EXIT_FAILED, "out of memory.");
-        if (n_args > 0) {
-                json_t *names = json_array();
-
-                if (json_object_set_new(params, "contexts", names) < 0)
+        lost_is_retried = true;
+        do {
+                fd = safe_close(fd);
+                r = connect_retry(o->socket, deadline, total, &fd);
+                if (r != EXIT_OK)
+                        return r;
+                now = now_usec(CLOCK_MONOTONIC);
+                left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
+                params = json_pack("{s:o}", "timeout", seconds_json(left));
+                if (!params)
                         return fail(EXIT_FAILED, "out of memory.");
-                for (unsigned k = 0; k < n_args; k++)
-                        if (json_array_append_new(names, json_string(args[k])) < 0)
+                if (n_args > 0) {
+                        json_t *names = json_array();
+
+                        if (json_object_set_new(params, "contexts", names) < 0)
                                 return fail(EXIT_FAILED, "out of memory.");
-        }
-        r = transact(fd, "wait", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
+                        for (unsigned k = 0; k < n_args; k++)
+                                if (json_array_append_new(names, json_string(args[k])) < 0)
+                                        return fail(EXIT_FAILED, "out of memory.");
+                }
+                r = transact(fd, "wait", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
+        } while (r == EXIT_LOST && now_usec(CLOCK_MONOTONIC) < deadline);
+        if (r == EXIT_LOST)
+                return fail(EXIT_UNREACHABLE, "kernelsupd went away and did not come back within %g s.",
+                            usec_to_seconds(total));
         if (r != EXIT_OK)
                 return r;
 

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "spawn.h"
 #include "supervisor.h"
+#include "util.h"
 
 static void help(void) {
         printf("Usage: kernelsupd [OPTIONS]\n"
@@ -103,7 +104,13 @@ int main(int argc, char *argv[]) {
                 config_path = env_dir("CONFIGURATION_DIRECTORY", "/kernelsup.ini", SYSCONFDIR "/kernelsup/kernelsup.ini");
         runtime_dir = env_dir("RUNTIME_DIRECTORY", "", RUNSTATEDIR "/kernelsup");
         state_dir = env_dir("STATE_DIRECTORY", "", LOCALSTATEDIR "/lib/kernelsup");
-        contexts_dir = env_dir("CONFIGURATION_DIRECTORY", "/contexts.d", SYSCONFDIR "/kernelsup/contexts.d");
+        /* contexts.d lives beside the main file, wherever that is (the unit names it; packaging may not be /etc). */
+        {
+                _cleanup_free_ char *dir = NULL;
+                const char *base;
+                if (path_split(config_path, &dir, &base) >= 0 && asprintf(&contexts_dir, "%s/contexts.d", dir) < 0)
+                        contexts_dir = NULL;
+        }
         if (!config_path || !runtime_dir || !state_dir || !contexts_dir) {
                 fprintf(stderr, "kernelsupd: out of memory\n");
                 return 1;

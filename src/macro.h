@@ -42,6 +42,13 @@ static inline void closep(int *fd) {
 }
 #define _cleanup_close_ _cleanup_(closep)
 
+/* Closes fd if open; returns -1 to assign back. */
+static inline int safe_close(int fd) {
+        if (fd >= 0)
+                closep(&fd);
+        return -1;
+}
+
 /* Free a NULL-terminated vector of strings. */
 static inline void strv_free(char **v) {
         if (!v)

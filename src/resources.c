@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <systemd/sd-bus.h>
@@ -307,9 +308,56 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
         return 0;
 }
 
+/* Opens the OOM counter of pid's memory cgroup and, on v1, asks for an eventfd at each OOM there. */
+static void oom_watch(pid_t pid, Limits *l) {
+        _cleanup_free_ char *text = NULL;
+        char buf[512], ctl[4200];
+        ssize_t n;
+
+        if (cgroup_oom_path(pid, &l->oom_path) < 0)
+                return;
+        l->oom_fd = open(l->oom_path, O_RDONLY | O_CLOEXEC);
+        if (l->oom_fd < 0)
+                return;
+        n = pread(l->oom_fd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        if (cgroup_keyed_value(buf, "oom_kill", &l->oom_base) < 0)
+                return;
+        l->oom_known = true;
+        /* cgroup v1: "<eventfd> <fd of memory.oom_control>" into cgroup.event_control beside it. */
+        if (strstr(l->oom_path, "/memory.oom_control")) {
+                snprintf(ctl, sizeof ctl, "%.*s/cgroup.event_control",
+                         (int) (strlen(l->oom_path) - strlen("/memory.oom_control")), l->oom_path);
+                l->oom_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+                snprintf(buf, sizeof buf, "%d %d", l->oom_efd, l->oom_fd);
+                if (l->oom_efd >= 0 && write_str(ctl, buf) < 0) {
+                        close(l->oom_efd);
+                        l->oom_efd = -1;
+                }
+        }
+}
+
+bool limits_oom_killed(const Limits *l) {
+        char buf[512];
+        uint64_t n;
+        ssize_t k;
+
+        if (!l->oom_known)
+                return false;
+        if (l->oom_efd >= 0 && read(l->oom_efd, &n, sizeof n) == (ssize_t) sizeof n && n > 0)
+                return true;
+        k = pread(l->oom_fd, buf, sizeof buf - 1, 0);
+        if (k <= 0)
+                return false;
+        buf[k] = '\0';
+        return cgroup_keyed_value(buf, "oom_kill", &n) >= 0 && n > l->oom_base;
+}
+
 int limits_apply(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
                  Limits *ret) {
-        Limits l = { .mechanism = LIMITS_NONE };
+        Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
 
         if (limits_wanted(cc)) {
                 if (apply_systemd(cc, name, incarnation, pid, &l) >= 0) {
@@ -335,13 +383,13 @@ int limits_apply(const ContextConfig *cc, const char *name, unsigned long long i
                         }
                 }
         }
-        (void) cgroup_oom_path(pid, &l.oom_path);
+        oom_watch(pid, &l);
         *ret = l;
         return 0;
 }
 
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
-        Limits l = { .mechanism = LIMITS_NONE };
+        Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
         _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL),
                             *mem = pid_cgroup(pid, "memory");
         const char *where = sd ?: v2;
@@ -355,7 +403,7 @@ void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
                 if (!limits_all(cc, &l))
                         note_set(&l, "adopted: its cgroups do not show every limit");
         }
-        (void) cgroup_oom_path(pid, &l.oom_path);
+        oom_watch(pid, &l);
         *ret = l;
 }
 
@@ -368,7 +416,11 @@ void limits_release(Limits *l) {
         free(l->unit);
         free(l->oom_path);
         free(l->note);
-        *l = (Limits){ 0 };
+        if (l->oom_fd >= 0)
+                close(l->oom_fd);
+        if (l->oom_efd >= 0)
+                close(l->oom_efd);
+        *l = (Limits){ .oom_fd = -1, .oom_efd = -1 };
 }
 
 json_t *limits_to_json(const ContextConfig *cc, const Limits *l) {

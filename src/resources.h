@@ -28,6 +28,12 @@ typedef struct Limits {
         char *unit;              /* the systemd scope */
         char *dirs[3];           /* sub-cgroups we made, removed at release */
         char *oom_path;          /* the kernel's memory cgroup counter (memory.events / memory.oom_control) */
+        /* Kept open from launch: systemd removes a scope's cgroup as soon as its last process is gone, so the
+         * counter must be read through descriptors taken before. */
+        int oom_fd;              /* the counter file */
+        int oom_efd;             /* v1: an eventfd the kernel signals at an OOM in that cgroup */
+        uint64_t oom_base;       /* the count at launch */
+        bool oom_known;
         char *note;              /* why a limit is not enforced */
 } Limits;
 
@@ -41,6 +47,9 @@ int limits_apply(const ContextConfig *cc, const char *name, unsigned long long i
 
 /* For an adopted kernel: what its cgroups show now, without changing them. */
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
+
+/* Whether the OOM killer acted in the kernel's memory cgroup since launch (after its SIGKILL). */
+bool limits_oom_killed(const Limits *l);
 
 /* After the kernel has exited: removes the sub-cgroups we made, frees. */
 void limits_release(Limits *l);

@@ -1053,7 +1053,10 @@ static void describe_sender(pid_t pid, char *buf, size_t size) {
         if (pid > 0 && read_file(path, 64, &comm, NULL) >= 0) {
                 comm[strcspn(comm, "\n")] = '\0';
                 snprintf(buf, size, "pid %d (%s)", (int) pid, comm);
-        } else
+        } else if (pid == 0)
+                /* As PID 1 of a container, a sender in the parent namespace has no pid here. */
+                snprintf(buf, size, "outside our PID namespace");
+        else
                 snprintf(buf, size, "pid %d", (int) pid);
 }
 

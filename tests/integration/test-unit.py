@@ -71,7 +71,7 @@ else:
         for line in r.stdout.splitlines():
             if "Overall exposure level" in line:
                 score = float(line.split(":")[1].split()[0])
-        ok(score is not None and score <= 7.2, "systemd-analyze security: exposure at most 7.2, as README states",
+        ok(score is not None and score <= 7.5, "systemd-analyze security: exposure at most 7.5, as README states",
            "score %r\n%s" % (score, r.stdout[-2000:] + r.stderr))
     finally:
         shutil.rmtree(tmp)
