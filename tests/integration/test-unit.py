@@ -40,7 +40,9 @@ for key in ("RuntimeDirectory", "StateDirectory", "ConfigurationDirectory", "Exe
 ok(settings.get("RuntimeDirectoryPreserve") == ["yes"],
    "RuntimeDirectoryPreserve=yes keeps connection files across a daemon restart")
 ok(settings.get("WantedBy") == ["multi-user.target"], "enabled into multi-user.target")
-ok(any(v.endswith("/kernelsupd") for v in settings.get("ExecStart", [])), "ExecStart runs kernelsupd")
+ok(any(v.split()[0].endswith("/kernelsupd") for v in settings.get("ExecStart", [])), "ExecStart runs kernelsupd")
+ok(any("--config" in v.split() for v in settings.get("ExecStart", [])),
+   "ExecStart names the installed config (contexts.d is beside it, whatever the prefix)")
 
 analyze = shutil.which("systemd-analyze")
 if not analyze:
