@@ -997,10 +997,40 @@ static char *describe_not_ready(const json_t *ctx) {
         return s;
 }
 
-static int cmd_check(const Options *o, char **args, unsigned n_args) {
-        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : CHECK_TIMEOUT_USEC;
+/* For check and wait, which must outlive the daemon they ask: connects (retrying while the daemon is away),
+ * sends method with params (borrowed) and "timeout" set to what is left of total, and asks again a successor
+ * daemon when the connection drops before the answer. */
+static int call_until(const Options *o, const char *method, const json_t *params, usec_t total, Reply *ret) {
         usec_t deadline = now_usec(CLOCK_MONOTONIC) + total, left, now;
         _cleanup_close_ int fd = -1;
+        int r;
+
+        lost_is_retried = true;
+        do {
+                json_t *p;
+
+                fd = safe_close(fd);
+                r = connect_retry(o->socket, deadline, total, &fd);
+                if (r != EXIT_OK)
+                        return r;
+                now = now_usec(CLOCK_MONOTONIC);
+                /* What connecting took comes out of the daemon's share; at least a moment is left to it. */
+                left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
+                p = json_deep_copy(params);
+                if (!p || json_object_set_new(p, "timeout", seconds_json(left)) < 0) {
+                        json_decref(p);
+                        return fail(EXIT_FAILED, "out of memory.");
+                }
+                r = transact(fd, method, p, left + REPLY_GRACE_USEC, NULL, NULL, ret);
+        } while (r == EXIT_LOST && now_usec(CLOCK_MONOTONIC) < deadline);
+        if (r == EXIT_LOST)
+                return fail(EXIT_UNREACHABLE, "kernelsupd went away and did not come back within %g s.",
+                            usec_to_seconds(total));
+        return r;
+}
+
+static int cmd_check(const Options *o, char **args, unsigned n_args) {
+        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : CHECK_TIMEOUT_USEC;
         json_auto_t *params = NULL, *shown = NULL;
         _cleanup_free_ char *name = NULL;
         Reply reply = {};
@@ -1010,23 +1040,10 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
 
         if (!context_name_valid(args[0]))
                 return usage_error("invalid context name: '%s'", args[0]);
-        lost_is_retried = true;
-        do {
-                fd = safe_close(fd);
-                r = connect_retry(o->socket, deadline, total, &fd);
-                if (r != EXIT_OK)
-                        return r;
-                now = now_usec(CLOCK_MONOTONIC);
-                /* What connecting took comes out of the daemon's share; at least a moment is left to it. */
-                left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
-                params = json_pack("{s:s, s:o}", "context", args[0], "timeout", seconds_json(left));
-                if (!params)
-                        return fail(EXIT_FAILED, "out of memory.");
-                r = transact(fd, "check", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
-        } while (r == EXIT_LOST && now_usec(CLOCK_MONOTONIC) < deadline);
-        if (r == EXIT_LOST)
-                return fail(EXIT_UNREACHABLE, "kernelsupd went away and did not come back within %g s.",
-                            usec_to_seconds(total));
+        params = json_pack("{s:s}", "context", args[0]);
+        if (!params)
+                return fail(EXIT_FAILED, "out of memory.");
+        r = call_until(o, "check", params, total, &reply);
         if (r != EXIT_OK)
                 return r;
 
@@ -1087,8 +1104,6 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
 
 static int cmd_wait(const Options *o, char **args, unsigned n_args) {
         usec_t total = o->timeout != USEC_INFINITY ? o->timeout : WAIT_TIMEOUT_USEC;
-        usec_t deadline = now_usec(CLOCK_MONOTONIC) + total, left, now;
-        _cleanup_close_ int fd = -1;
         json_auto_t *params = NULL;
         Reply reply = {};
         const json_t *status, *contexts, *ctx;
@@ -1098,31 +1113,19 @@ static int cmd_wait(const Options *o, char **args, unsigned n_args) {
         r = validate_contexts(args, n_args);
         if (r != EXIT_OK)
                 return r;
-        lost_is_retried = true;
-        do {
-                fd = safe_close(fd);
-                r = connect_retry(o->socket, deadline, total, &fd);
-                if (r != EXIT_OK)
-                        return r;
-                now = now_usec(CLOCK_MONOTONIC);
-                left = deadline > now + USEC_PER_MSEC ? deadline - now : USEC_PER_MSEC;
-                params = json_pack("{s:o}", "timeout", seconds_json(left));
-                if (!params)
-                        return fail(EXIT_FAILED, "out of memory.");
-                if (n_args > 0) {
-                        json_t *names = json_array();
+        params = json_object();
+        if (!params)
+                return fail(EXIT_FAILED, "out of memory.");
+        if (n_args > 0) {
+                json_t *names = json_array();
 
-                        if (json_object_set_new(params, "contexts", names) < 0)
+                if (json_object_set_new(params, "contexts", names) < 0)
+                        return fail(EXIT_FAILED, "out of memory.");
+                for (unsigned k = 0; k < n_args; k++)
+                        if (json_array_append_new(names, json_string(args[k])) < 0)
                                 return fail(EXIT_FAILED, "out of memory.");
-                        for (unsigned k = 0; k < n_args; k++)
-                                if (json_array_append_new(names, json_string(args[k])) < 0)
-                                        return fail(EXIT_FAILED, "out of memory.");
-                }
-                r = transact(fd, "wait", TAKE_PTR(params), left + REPLY_GRACE_USEC, NULL, NULL, &reply);
-        } while (r == EXIT_LOST && now_usec(CLOCK_MONOTONIC) < deadline);
-        if (r == EXIT_LOST)
-                return fail(EXIT_UNREACHABLE, "kernelsupd went away and did not come back within %g s.",
-                            usec_to_seconds(total));
+        }
+        r = call_until(o, "wait", params, total, &reply);
         if (r != EXIT_OK)
                 return r;
 
