@@ -18,6 +18,7 @@
 #include "exec.h"
 #include "jupyter.h"
 #include "util.h"
+#include "ports.h"
 #include "tap.h"
 
 #define SAFETY_TIMEOUT_MS 60000
@@ -330,37 +331,6 @@ static void cleanup(void) {
         }
 }
 
-static int pick_ports(uint16_t ret[_CHANNEL_MAX]) {
-        int fds[_CHANNEL_MAX];
-        uint16_t start;
-        size_t n = 0;
-
-        /* Below the ephemeral range: no TCP self-connect (pitfalls.md). */
-        if (random_bytes(&start, sizeof start) < 0)
-                return -EIO;
-        /* 30200-32699: the integration tests take 20000-29999 and test-connfile 30100-30199. */
-        start = (uint16_t) (30200 + start % 2000);
-        for (unsigned p = start; p < 32700 && n < _CHANNEL_MAX; p++) {
-                struct sockaddr_in sa = {
-                        .sin_family = AF_INET,
-                        .sin_port = htons((uint16_t) p),
-                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                };
-                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-                if (fd < 0)
-                        break;
-                if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
-                        close(fd);
-                        continue;
-                }
-                fds[n] = fd;
-                ret[n++] = (uint16_t) p;
-        }
-        for (size_t i = 0; i < n; i++)
-                close(fds[i]);
-        return n == _CHANNEL_MAX ? 0 : -EADDRNOTAVAIL;
-}
 
 static int write_connection_file(const char *path, const ConnectionInfo *ci) {
         json_auto_t *j = NULL;

@@ -19,6 +19,7 @@
 
 #include "jupyter.h"
 #include "util.h"
+#include "ports.h"
 #include "tap.h"
 
 #define KEY "8f3c1a9e4b7d2f6051e8c3a7d9b2e4f60a1c3e5b7d9f2143658709badcfe1234"
@@ -404,41 +405,6 @@ static void seen_init(Seen *s, uv_loop_t *loop) {
         *s = (Seen){ .loop = loop };
         uv_timer_init(loop, &s->safety);
         s->safety.data = s;
-}
-
-/* Ports below the ephemeral range (32768-60999 on Linux by default), so a
- * connect() retried before the kernel binds can never get the destination
- * port as its source port and connect to itself (pitfalls.md). Each port is
- * checked by binding it; all are held at once, so they are distinct. */
-static int pick_ports(uint16_t ret[_CHANNEL_MAX]) {
-        int fds[_CHANNEL_MAX];
-        uint16_t start;
-        size_t n = 0;
-
-        if (random_bytes(&start, sizeof start) < 0)
-                return -EIO;
-        /* 30200-32699: the integration tests take 20000-29999 and test-connfile 30100-30199. */
-        start = (uint16_t) (30200 + start % 2000);
-        for (unsigned p = start; p < 32700 && n < _CHANNEL_MAX; p++) {
-                struct sockaddr_in sa = {
-                        .sin_family = AF_INET,
-                        .sin_port = htons((uint16_t) p),
-                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                };
-                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-                if (fd < 0)
-                        break;
-                if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
-                        close(fd);
-                        continue;
-                }
-                fds[n] = fd;
-                ret[n++] = (uint16_t) p;
-        }
-        for (size_t i = 0; i < n; i++)
-                close(fds[i]);
-        return n == _CHANNEL_MAX ? 0 : -EADDRNOTAVAIL;
 }
 
 /* ---- KernelConn against a fake kernel in this process. ---- */
