@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <systemd/sd-journal.h>
 #include <uv.h>
 
 #include "cgroup.h"
@@ -190,11 +191,21 @@ static void out_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
         }
 }
 
-/* Returns the write end for the child, or -errno. */
+/* Returns the write end for the child, or -errno. Under journald the kernel writes to its own journal
+ * stream, tagged kernelsup/NAME: that survives the daemon, so a kernel adopted after a crash still has
+ * somewhere to write. Elsewhere a pipe to us, and our log prefixes each line with the context. */
 static int out_pipe_open(Context *c) {
         int fds[2];
         OutPipe *o;
         int r;
+
+        if (getenv("JOURNAL_STREAM")) {
+                char id[96];
+                snprintf(id, sizeof id, "kernelsup/%s", c->name);
+                r = sd_journal_stream_fd(id, LOG_INFO, 0);
+                if (r >= 0)
+                        return r;
+        }
 
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return -errno;

@@ -322,11 +322,11 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
         };
         const struct {
                 const char *key;
-                const char *a, *b;
+                const char *now;
         } fixed[] = {
-                { "socket", s->config->socket_path, NULL },
-                { "runtime_dir", s->config->runtime_dir, NULL },
-                { "state_dir", s->config->state_dir, NULL },
+                { "socket", s->config->socket_path },
+                { "runtime_dir", s->config->runtime_dir },
+                { "state_dir", s->config->state_dir },
         };
         int r;
 
@@ -337,12 +337,12 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                 return r;
 
         /* What only a restart of the daemon can change. */
-        const char *now[] = { new->socket_path, new->runtime_dir, new->state_dir };
+        const char *wanted[] = { new->socket_path, new->runtime_dir, new->state_dir };
         for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
-                if (!streq(fixed[i].a, now[i])) {
+                if (!streq(fixed[i].now, wanted[i])) {
                         char msg[512];
                         snprintf(msg, sizeof msg, "[supervisor] %s changed to %s: restart kernelsupd to apply it",
-                                 fixed[i].key, now[i]);
+                                 fixed[i].key, wanted[i]);
                         if (report_add(not_applied, json_string(msg)) < 0)
                                 return -ENOMEM;
                 }

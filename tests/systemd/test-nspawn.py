@@ -560,6 +560,15 @@ def test(tap):
         s.eq((r.returncode, r.stdout.splitlines()[:1]), (0, ["43"]), "exec default x still prints 43", out(r))
         s.ok(f"adopted kernel {k.get('kid')}" in c.journal(), "the journal says the new daemon adopted the kernel")
         s.eq(c.status()["supervisor"].get("generation"), 2, "generation 2")
+        # The kernel's own stdout is a journal stream of its own (tagged kernelsup/default), not a pipe to the
+        # daemon that died: what it writes after the adoption still reaches the journal.
+        r = c.ctl("exec", "default", "import os; os.write(1, b'written after the adoption\\n')")
+        s.eq(r.returncode, 0, "a cell writes to the kernel's fd 1", out(r))
+        tagged = wait_until(lambda: c.sh("journalctl", "-t", "kernelsup/default", "--no-pager", "-o", "cat",
+                                         timeout=30).stdout, 30, "the line in the journal",
+                            check=lambda t: "written after the adoption" in t)
+        s.ok("written after the adoption" in tagged, "the adopted kernel's output reaches the journal "
+             "(tagged kernelsup/default)", tagged[-500:])
 
     # 5. A hung daemon: the watchdog ends it, systemd restarts it, the kernel is adopted.
     with s.guard("5 SIGSTOP kernelsupd"):
