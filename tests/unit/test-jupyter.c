@@ -858,19 +858,8 @@ static void diag_kernel_log(void) {
 }
 
 static int write_connection_file(const ConnectionInfo *ci) {
-        json_auto_t *j = NULL;
-        _cleanup_free_ char *text = NULL;
-
-        j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port", ci->ports[CHANNEL_SHELL],
-                      "iopub_port", ci->ports[CHANNEL_IOPUB], "stdin_port", ci->ports[CHANNEL_STDIN], "control_port",
-                      ci->ports[CHANNEL_CONTROL], "hb_port", ci->ports[CHANNEL_HB], "ip", ci->ip, "key", ci->key,
-                      "transport", "tcp", "signature_scheme", "hmac-sha256", "kernel_name", "python3");
-        if (!j)
-                return -ENOMEM;
-        text = json_dumps(j, JSON_INDENT(1));
-        if (!text)
-                return -ENOMEM;
-        return write_file_atomic(conn_path, text, strlen(text), 0600, (uid_t) -1, (gid_t) -1);
+        /* The daemon's own writer: the same JSON a kernel gets from kernelsupd. */
+        return connection_file_write(conn_path, ci, (uid_t) -1, (gid_t) -1);
 }
 
 /* Forks the kernel held at a gate: it execs only when a byte arrives on the
