@@ -18,7 +18,7 @@
 #include "util.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
-/* How long systemd may take to move the kernel into its new scope. */
+/* How long systemd may take to start the scope: move the kernel in and write its limits. */
 #define SCOPE_WAIT_USEC (3 * USEC_PER_SEC)
 #define CPU_PERIOD_USEC 100000
 
@@ -153,12 +153,35 @@ static bool limits_all(const ContextConfig *cc, const Limits *l) {
 
 /* ---- systemd: a transient scope ---- */
 
+typedef struct JobWait {
+        const char *path; /* the job to wait for; NULL until StartTransientUnit answered */
+        char *result;     /* "done", "failed", ... once it is removed */
+} JobWait;
+
+static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        JobWait *w = userdata;
+        const char *path, *unit, *result;
+        uint32_t id;
+
+        (void) error;
+        if (sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
+                return 0;
+        if (w->path && streq(path, w->path) && !w->result)
+                w->result = strdup(result);
+        return 0;
+}
+
+/* The scope's start job is finished once the kernel is in the scope in every hierarchy and the limits are
+ * written: systemd moves the pid into name=systemd first and the v1 controllers after, so seeing it in one
+ * hierarchy says nothing of the others. Waits for JobRemoved, as systemd-run does. */
 static int apply_systemd(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
                          Limits *l) {
         sd_bus *bus = NULL;
+        sd_bus_slot *slot = NULL;
         sd_bus_message *m = NULL, *reply = NULL;
         sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_free_ char *unit = NULL, *desc = NULL;
+        JobWait w = {};
         usec_t deadline;
         int r;
 
@@ -168,10 +191,12 @@ static int apply_systemd(const ContextConfig *cc, const char *name, unsigned lon
             asprintf(&desc, "kernelsup kernel of context %s", name) < 0)
                 return -ENOMEM;
         r = sd_bus_open_system(&bus);
-        if (r < 0)
-                goto finish;
-        r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                           "org.freedesktop.systemd1.Manager", "StartTransientUnit");
+        if (r >= 0)
+                r = sd_bus_match_signal(bus, &slot, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                        "org.freedesktop.systemd1.Manager", "JobRemoved", on_job_removed, &w);
+        if (r >= 0)
+                r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                                   "org.freedesktop.systemd1.Manager", "StartTransientUnit");
         if (r >= 0)
                 r = sd_bus_message_append(m, "ss", unit, "fail");
         if (r >= 0)
@@ -192,30 +217,43 @@ static int apply_systemd(const ContextConfig *cc, const char *name, unsigned lon
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
         if (r >= 0)
                 r = sd_bus_call(bus, m, 5 * USEC_PER_SEC, &error, &reply);
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "o", &w.path);
         if (r < 0) {
                 note_set(l, "systemd refused the scope: %s", error.message ?: strerror(-r));
                 goto finish;
         }
-        /* The job moves the pid when it runs: wait until the kernel is in the scope. */
+        /* sd_bus_call() queues what arrives before the reply, JobRemoved included: sd_bus_process() below
+         * dispatches it now that the job's path is known. */
         deadline = now_usec(CLOCK_MONOTONIC) + SCOPE_WAIT_USEC;
-        for (;;) {
-                _cleanup_free_ char *now = pid_cgroup(pid, "name=systemd");
-                _cleanup_free_ char *v2 = now ? NULL : pid_cgroup(pid, NULL);
-                const char *where = now ?: v2;
-                if (where && strstr(where, unit))
-                        break;
-                if (now_usec(CLOCK_MONOTONIC) > deadline) {
-                        note_set(l, "the kernel did not arrive in %s (still in %s)", unit, where ?: "?");
+        while (!w.result) {
+                usec_t now = now_usec(CLOCK_MONOTONIC);
+                if (now >= deadline) {
+                        note_set(l, "the start job of %s did not finish in %llu ms", unit,
+                                 (unsigned long long) (SCOPE_WAIT_USEC / 1000));
                         r = -ETIMEDOUT;
                         goto finish;
                 }
-                (void) nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+                r = sd_bus_process(bus, NULL);
+                if (r < 0) {
+                        note_set(l, "waiting for %s: %s", unit, strerror(-r));
+                        goto finish;
+                }
+                if (r == 0)
+                        (void) sd_bus_wait(bus, deadline - now);
+        }
+        if (!streq(w.result, "done")) {
+                note_set(l, "the start job of %s ended: %s", unit, w.result);
+                r = -EIO;
+                goto finish;
         }
         l->unit = TAKE_PTR(unit);
         l->mechanism = LIMITS_SYSTEMD;
         r = 0;
 finish:
+        free(w.result);
         sd_bus_error_free(&error);
+        sd_bus_slot_unref(slot);
         sd_bus_message_unref(reply);
         sd_bus_message_unref(m);
         sd_bus_flush_close_unref(bus);

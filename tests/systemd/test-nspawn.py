@@ -629,7 +629,13 @@ def test(tap):
         s.eq((lim.get("mechanism"), sorted(lim.get("enforced", []))), ("systemd-scope", ["memory_max", "tasks_max"]),
              "boxed runs in its own transient scope, its limits verified", repr(lim))
         cg = c.sh("cat", f"/proc/{boxed.get('pid')}/cgroup", timeout=10).stdout
-        s.ok("kernelsup-boxed-" in cg and ".scope" in cg, "the kernel's cgroup is a kernelsup-boxed-N.scope", cg)
+        # In every hierarchy that holds a limit, not only name=systemd (which systemd moves the pid into first).
+        where = {ctrl: path for _, ctrls, path in (ln.split(":", 2) for ln in cg.splitlines() if ln.count(":") >= 2)
+                 for ctrl in ctrls.split(",")}
+        scope = re.compile(r".*/kernelsup-boxed-[0-9]+\.scope$")
+        hierarchies = ("name=systemd", "memory", "pids") if "memory" in where else ("",)  # v1, or v2's "0::"
+        s.ok(all(scope.match(where.get(h, "")) for h in hierarchies),
+             "the kernel is in a kernelsup-boxed-N.scope in each hierarchy (name=systemd, memory, pids)", cg)
         before = {x.get("name"): x for x in c.status().get("contexts", [])}
         r = c.ctl("exec", "boxed", "b = bytearray(400 * 1024 * 1024)\nb[::4096] = b'x' * (len(b) // 4096)",
                   timeout=120)
