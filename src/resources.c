@@ -18,8 +18,9 @@
 #include "util.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
-/* How long systemd may take to start the scope: move the kernel in and write its limits. */
-#define SCOPE_WAIT_USEC (3 * USEC_PER_SEC)
+/* How long systemd may take to start the scope: move the kernel in and write its limits. Milliseconds as a
+ * rule; the loop waits, so this bounds a stall on a systemd that is itself stuck. */
+#define SCOPE_WAIT_USEC (10 * USEC_PER_SEC)
 #define CPU_PERIOD_USEC 100000
 
 bool limits_wanted(const ContextConfig *cc) {
