@@ -728,7 +728,7 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
 static void context_place(pid_t pid, void *userdata) {
         Context *c = userdata;
 
-        (void) limits_apply(c->cfg, c->name, (unsigned long long) c->st.incarnation, pid, &c->limits);
+        (void) limits_apply(c->cfg, c->name, pid, &c->limits);
 }
 
 static void context_launch(Context *c) {

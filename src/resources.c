@@ -175,8 +175,7 @@ static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error
 /* The scope's start job is finished once the kernel is in the scope in every hierarchy and the limits are
  * written: systemd moves the pid into name=systemd first and the v1 controllers after, so seeing it in one
  * hierarchy says nothing of the others. Waits for JobRemoved, as systemd-run does. */
-static int apply_systemd(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
-                         Limits *l) {
+static int apply_systemd(const ContextConfig *cc, const char *name, pid_t pid, Limits *l) {
         sd_bus *bus = NULL;
         sd_bus_slot *slot = NULL;
         sd_bus_message *m = NULL, *reply = NULL;
@@ -188,7 +187,7 @@ static int apply_systemd(const ContextConfig *cc, const char *name, unsigned lon
 
         if (sd_booted() <= 0)
                 return -ENOMEDIUM;
-        if (asprintf(&unit, "kernelsup-%s-%llu.scope", name, incarnation) < 0 ||
+        if (asprintf(&unit, "kernelsup-%s-%d.scope", name, (int) pid) < 0 ||
             asprintf(&desc, "kernelsup kernel of context %s", name) < 0)
                 return -ENOMEM;
         r = sd_bus_open_system(&bus);
@@ -263,14 +262,15 @@ finish:
 
 /* ---- Without systemd: a sub-cgroup of our own ---- */
 
-/* Makes <mount><own path>/kernelsup-<name>, writes file = value, moves pid in. */
+/* Makes <mount><own path>/kernelsup-<name>-<pid>, writes file = value, moves pid in. A directory left by
+ * an earlier kernel of that pid (an orphan of it lived on) is taken over. */
 static int cgroup_place(const char *mount, const char *own, const char *name, const char *const files[][2],
                         size_t n_files, pid_t pid, char **ret_dir) {
         _cleanup_free_ char *dir = NULL;
         char path[4300], pidstr[32];
         int r;
 
-        if (asprintf(&dir, "%s%s%skernelsup-%s", mount, own, streq(own, "/") ? "" : "/", name) < 0)
+        if (asprintf(&dir, "%s%s%skernelsup-%s-%d", mount, own, streq(own, "/") ? "" : "/", name, (int) pid) < 0)
                 return -ENOMEM;
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
                 return -errno;
@@ -394,12 +394,11 @@ bool limits_oom_killed(const Limits *l) {
         return cgroup_keyed_value(buf, "oom_kill", &n) >= 0 && n > l->oom_base;
 }
 
-int limits_apply(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
-                 Limits *ret) {
+int limits_apply(const ContextConfig *cc, const char *name, pid_t pid, Limits *ret) {
         Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
 
         if (limits_wanted(cc)) {
-                if (apply_systemd(cc, name, incarnation, pid, &l) >= 0) {
+                if (apply_systemd(cc, name, pid, &l) >= 0) {
                         limits_verify(cc, pid, &l);
                         if (!limits_all(cc, &l))
                                 note_set(&l, "%s does not enforce every limit (are the cgroup controllers "
@@ -427,6 +426,30 @@ int limits_apply(const ContextConfig *cc, const char *name, unsigned long long i
         return 0;
 }
 
+static char *concat(const char *a, const char *b) {
+        char *s;
+
+        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
+}
+
+/* The sub-cgroups of ours an adopted kernel is in, so that they go with it as with one we launched. */
+static void adopt_dirs(pid_t pid, Limits *l) {
+        static const char *const controllers[] = { "memory", "pids", "cpu" };
+        size_t n = 0;
+
+        for (size_t i = 0; i < ELEMENTSOF(controllers) && n < ELEMENTSOF(l->dirs); i++) {
+                _cleanup_free_ char *path = pid_cgroup(pid, controllers[i]);
+                const char *mnt = v1_mount(controllers[i]);
+                if (path && mnt && strstr(path, "/kernelsup-"))
+                        l->dirs[n++] = concat(mnt, path);
+        }
+        if (n == 0) {
+                _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
+                if (v2 && strstr(v2, "/kernelsup-"))
+                        l->dirs[n++] = concat(CGROUP_ROOT, v2);
+        }
+}
+
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
         _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL),
@@ -437,8 +460,10 @@ void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
                 limits_verify(cc, pid, &l);
                 if (where && strstr(where, "/kernelsup-") && strstr(where, ".scope"))
                         l.mechanism = LIMITS_SYSTEMD;
-                else if ((mem && strstr(mem, "/kernelsup-")) || (v2 && strstr(v2, "/kernelsup-")))
+                else if ((mem && strstr(mem, "/kernelsup-")) || (v2 && strstr(v2, "/kernelsup-"))) {
                         l.mechanism = LIMITS_CGROUP;
+                        adopt_dirs(pid, &l);
+                }
                 if (!limits_all(cc, &l))
                         note_set(&l, "adopted: its cgroups do not show every limit");
         }

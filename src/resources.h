@@ -39,11 +39,11 @@ typedef struct Limits {
 
 bool limits_wanted(const ContextConfig *cc);
 
-/* Places pid (forked, not yet exec'd) under cc's limits. name and
- * incarnation name the scope or cgroup. Never fails the launch: what could not
- * be enforced is said in ret->note. */
-int limits_apply(const ContextConfig *cc, const char *name, unsigned long long incarnation, pid_t pid,
-                 Limits *ret);
+/* Places pid (forked, not yet exec'd) under cc's limits, in a scope or cgroup
+ * named kernelsup-NAME-PID: the kernel's pid keeps it apart from any other
+ * daemon's kernels in the same cgroup or under the same systemd. Never fails
+ * the launch: what could not be enforced is said in ret->note. */
+int limits_apply(const ContextConfig *cc, const char *name, pid_t pid, Limits *ret);
 
 /* For an adopted kernel: what its cgroups show now, without changing them. */
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);

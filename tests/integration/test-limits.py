@@ -81,8 +81,37 @@ def test(tap):
               "    print('started', len(ts))\nexcept RuntimeError as e:\n    print('refused after', len(ts))",
               timeout=60)
     tap.contains(r.stdout, "refused after", "tasks_max stops new threads")
+
+    # A second daemon in the same cgroup, with a context of the same name: a sub-cgroup of its own.
+    d2 = harness.Daemon(tap, contexts="[context:boxed]\nmemory_max = 300M\n")
+    d2.start()
+    other = d2.wait_state("boxed", "ready")
+    cg2 = open(f"/proc/{other['pid']}/cgroup").read()
+    path2 = "/sys/fs/cgroup/memory" + [l for l in cg2.splitlines() if ":memory:" in l][0].split(":", 2)[2]
+    cur = d.context("boxed")
+    cur_path = "/sys/fs/cgroup/memory" + [l for l in open(f"/proc/{cur['pid']}/cgroup").read().splitlines()
+                                          if ":memory:" in l][0].split(":", 2)[2]
+    tap.ok(path2 != cur_path and "kernelsup-boxed-" in path2, "another daemon's context boxed: another sub-cgroup",
+           f"{path2} / {cur_path}")
+    tap.eq((int(open(path2 + "/memory.limit_in_bytes").read()), int(open(cur_path + "/memory.limit_in_bytes").read())),
+           (300 * MIB, 200 * MIB), "each sub-cgroup keeps its own daemon's memory_max")
+    d2.stop()
+    tap.ok(not os.path.exists(path2) and os.path.exists(cur_path),
+           "stopping the other daemon removes its sub-cgroup only", f"{path2} / {cur_path}")
+
+    # Adopted by a new daemon after kill -9: still under its limits, and its sub-cgroup goes with it.
+    d.kill9()
+    d.start()
+    adopted = d.wait_state("boxed", "ready")
+    tap.eq((adopted.get("pid"), adopted.get("kernel_id")), (cur["pid"], cur["kernel_id"]),
+           "after kill -9 of the daemon, the new one adopts the kernel")
+    alim = adopted.get("limits") or {}
+    tap.eq((alim.get("mechanism"), sorted(alim.get("enforced", []))),
+           ("cgroup", ["cpu_quota", "memory_max", "tasks_max"]), "the adopted kernel is still under its limits",
+           repr(alim))
     d.stop()
-    tap.ok(not os.path.exists(path), "the sub-cgroup is removed once its kernel is gone", path)
+    tap.ok(not os.path.exists(path), "the first kernel's sub-cgroup is removed once it is gone", path)
+    tap.ok(not os.path.exists(cur_path), "the adopted kernel's sub-cgroup is removed once it is gone", cur_path)
 
 
 harness.main(test)
