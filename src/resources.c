@@ -7,7 +7,9 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -67,20 +69,31 @@ static char *pid_cgroup(pid_t pid, const char *controller) {
         return NULL;
 }
 
+static bool is_fs(const char *path, unsigned long magic) {
+        struct statfs sf;
+
+        return statfs(path, &sf) == 0 && (unsigned long) sf.f_type == magic;
+}
+
 /* The directory of a v1 controller's hierarchy: "cpu" may be mounted as "cpu,cpuacct". */
 static const char *v1_mount(const char *controller) {
         static char buf[64];
-        struct stat st;
 
         snprintf(buf, sizeof buf, CGROUP_ROOT "/%s", controller);
-        if (stat(buf, &st) == 0)
+        if (is_fs(buf, CGROUP_SUPER_MAGIC))
                 return buf;
         if (streq(controller, "cpu")) {
                 snprintf(buf, sizeof buf, CGROUP_ROOT "/cpu,cpuacct");
-                if (stat(buf, &st) == 0)
+                if (is_fs(buf, CGROUP_SUPER_MAGIC))
                         return buf;
         }
         return NULL;
+}
+
+/* Whether CGROUP_ROOT is cgroup v2 itself. On a hybrid host it is a tmpfs of mount points (v2 sits at
+ * unified/, without controllers), and a directory made there would be no cgroup at all. */
+static bool v2_root(void) {
+        return is_fs(CGROUP_ROOT, CGROUP2_SUPER_MAGIC);
 }
 
 static int read_u64(const char *path, uint64_t *ret) {
@@ -270,21 +283,28 @@ static int cgroup_place(const char *mount, const char *own, const char *name, co
         char path[4300], pidstr[32];
         int r;
 
+        bool made;
+
         if (asprintf(&dir, "%s%s%skernelsup-%s-%d", mount, own, streq(own, "/") ? "" : "/", name, (int) pid) < 0)
                 return -ENOMEM;
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        made = mkdir(dir, 0755) == 0;
+        if (!made && errno != EEXIST)
                 return -errno;
-        for (size_t i = 0; i < n_files; i++) {
+        r = 0;
+        for (size_t i = 0; i < n_files && r >= 0; i++) {
                 snprintf(path, sizeof path, "%s/%s", dir, files[i][0]);
                 r = write_str(path, files[i][1]);
-                if (r < 0)
-                        return r;
         }
-        snprintf(path, sizeof path, "%s/cgroup.procs", dir);
-        snprintf(pidstr, sizeof pidstr, "%d", (int) pid);
-        r = write_str(path, pidstr);
-        if (r < 0)
+        if (r >= 0) {
+                snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+                snprintf(pidstr, sizeof pidstr, "%d", (int) pid);
+                r = write_str(path, pidstr);
+        }
+        if (r < 0) {
+                if (made)
+                        (void) rmdir(dir);
                 return r;
+        }
         *ret_dir = TAKE_PTR(dir);
         return 0;
 }
@@ -322,7 +342,7 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
                         placed++;
                 }
         }
-        if (placed == 0) {
+        if (placed == 0 && v2_root()) {
                 /* cgroup v2: one directory, the controllers must be enabled below our own cgroup. */
                 _cleanup_free_ char *own = pid_cgroup(getpid(), NULL);
                 const char *files[3][2];
@@ -443,7 +463,7 @@ static void adopt_dirs(pid_t pid, Limits *l) {
                 if (path && mnt && strstr(path, "/kernelsup-"))
                         l->dirs[n++] = concat(mnt, path);
         }
-        if (n == 0) {
+        if (n == 0 && v2_root()) {
                 _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
                 if (v2 && strstr(v2, "/kernelsup-"))
                         l->dirs[n++] = concat(CGROUP_ROOT, v2);
