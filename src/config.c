@@ -32,7 +32,9 @@
 /* Values quoted in error messages are cut to this many bytes. */
 #define VALUE_SHOWN_MAX 80
 
-#define DEFAULT_ARGV "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file}"
+/* History in memory: a user's kernels share HOME/.ipython/profile_default/history.sqlite otherwise, and a
+ * kernel that finds it locked prints a warning into a cell's output. */
+#define DEFAULT_ARGV "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file} --HistoryManager.hist_file=:memory:"
 #define DEFAULT_PORT_MIN 20000
 #define DEFAULT_PORT_MAX 32000
 /* A kernel listens on five ports: shell, iopub, stdin, control and heartbeat. */

@@ -133,7 +133,7 @@ def every_key(tap):
     root = "user = root\ngroup = root\n" if os.geteuid() == 0 else ""
     d.write_config(
         "[context:full]\n"
-        "argv = /usr/bin/python3 -m ipykernel_launcher -f {kernel_file}\n"
+        f"argv = {harness.IPYKERNEL_ARGV}\n"
         "restart = on-failure\n"
         f"connection_file = {custom}\n" + root +
         f"cwd = {work}\n"

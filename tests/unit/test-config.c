@@ -525,7 +525,8 @@ static void test_happy(void) {
                 is_str(cc->source.file, main_path, "source file");
                 is_int(cc->source.line, 1, "source line");
                 ok(strv_is(cc->argv, (const char *const[]){ "/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
-                                                            "{kernel_file}", NULL }),
+                                                            "{kernel_file}", "--HistoryManager.hist_file=:memory:",
+                                                            NULL }),
                    "argv default");
                 is_int(cc->restart, RESTART_ALWAYS, "restart default");
                 is_str(cc->connection_file, conn, "connection_file default");

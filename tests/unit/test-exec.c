@@ -382,6 +382,7 @@ static int kernel_launch(unsigned k) {
                                  (char *) "ipykernel_launcher",
                                  (char *) "-f",
                                  conn_path,
+                                 (char *) "--HistoryManager.hist_file=:memory:",
                                  NULL };
 
                 (void) setsid();

@@ -871,6 +871,7 @@ static int spawn_kernel_gated(int *ret_gate) {
                          (char *) "ipykernel_launcher",
                          (char *) "-f",
                          conn_path,
+                         (char *) "--HistoryManager.hist_file=:memory:",
                          NULL };
         _cleanup_close_ int log_fd = -1, null_fd = -1;
         int gate[2];
