@@ -20,8 +20,8 @@
 #include "util.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
-/* How long systemd may take to start the scope: move the kernel in and write its limits. Milliseconds as a
- * rule; the loop waits, so this bounds a stall on a systemd that is itself stuck. */
+/* How long systemd may take to answer and start the scope: move the kernel in and write its limits.
+ * Milliseconds as a rule; the loop waits, so this bounds a stall on a systemd that is itself stuck. */
 #define SCOPE_WAIT_USEC (10 * USEC_PER_SEC)
 #define CPU_PERIOD_USEC 100000
 
@@ -228,8 +228,9 @@ static int apply_systemd(const ContextConfig *cc, const char *name, pid_t pid, L
                 r = sd_bus_message_close_container(m);
         if (r >= 0)
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
+        deadline = now_usec(CLOCK_MONOTONIC) + SCOPE_WAIT_USEC;
         if (r >= 0)
-                r = sd_bus_call(bus, m, 5 * USEC_PER_SEC, &error, &reply);
+                r = sd_bus_call(bus, m, SCOPE_WAIT_USEC, &error, &reply);
         if (r >= 0)
                 r = sd_bus_message_read(reply, "o", &w.path);
         if (r < 0) {
@@ -238,12 +239,17 @@ static int apply_systemd(const ContextConfig *cc, const char *name, pid_t pid, L
         }
         /* sd_bus_call() queues what arrives before the reply, JobRemoved included: sd_bus_process() below
          * dispatches it now that the job's path is known. */
-        deadline = now_usec(CLOCK_MONOTONIC) + SCOPE_WAIT_USEC;
         while (!w.result) {
                 usec_t now = now_usec(CLOCK_MONOTONIC);
                 if (now >= deadline) {
                         note_set(l, "the start job of %s did not finish in %llu ms", unit,
                                  (unsigned long long) (SCOPE_WAIT_USEC / 1000));
+                        /* Or systemd would move the kernel into the scope later, out of a fallback's cgroups. */
+                        sd_bus_message_unref(m);
+                        m = NULL;
+                        if (sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", w.path,
+                                                           "org.freedesktop.systemd1.Job", "Cancel") >= 0)
+                                (void) sd_bus_call(bus, m, USEC_PER_SEC, NULL, NULL);
                         r = -ETIMEDOUT;
                         goto finish;
                 }
@@ -452,38 +458,54 @@ static char *concat(const char *a, const char *b) {
         return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
 }
 
-/* The sub-cgroups of ours an adopted kernel is in, so that they go with it as with one we launched. */
-static void adopt_dirs(pid_t pid, Limits *l) {
+/* Whether the last component of a cgroup path is a sub-cgroup of ours for pid: "kernelsup-NAME-PID". A scope
+ * ("kernelsup-NAME-PID.scope") is systemd's, not ours to remove. */
+static bool our_dir(const char *path, pid_t pid) {
+        const char *last = strrchr(path, '/');
+        char suffix[32];
+        size_t n, k;
+
+        if (!last || strncmp(last + 1, "kernelsup-", strlen("kernelsup-")) != 0)
+                return false;
+        snprintf(suffix, sizeof suffix, "-%d", (int) pid);
+        n = strlen(last + 1);
+        k = strlen(suffix);
+        return n > k && streq(last + 1 + n - k, suffix);
+}
+
+/* The sub-cgroups of ours an adopted kernel is in, so that they go with it as with one we launched. Returns
+ * how many. */
+static size_t adopt_dirs(pid_t pid, Limits *l) {
         static const char *const controllers[] = { "memory", "pids", "cpu" };
         size_t n = 0;
 
         for (size_t i = 0; i < ELEMENTSOF(controllers) && n < ELEMENTSOF(l->dirs); i++) {
                 _cleanup_free_ char *path = pid_cgroup(pid, controllers[i]);
                 const char *mnt = v1_mount(controllers[i]);
-                if (path && mnt && strstr(path, "/kernelsup-"))
+                if (path && mnt && our_dir(path, pid))
                         l->dirs[n++] = concat(mnt, path);
         }
         if (n == 0 && v2_root()) {
                 _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
-                if (v2 && strstr(v2, "/kernelsup-"))
+                if (v2 && our_dir(v2, pid))
                         l->dirs[n++] = concat(CGROUP_ROOT, v2);
         }
+        return n;
 }
 
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
-        _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL),
-                            *mem = pid_cgroup(pid, "memory");
+        _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL);
         const char *where = sd ?: v2;
 
         if (limits_wanted(cc)) {
                 limits_verify(cc, pid, &l);
-                if (where && strstr(where, "/kernelsup-") && strstr(where, ".scope"))
-                        l.mechanism = LIMITS_SYSTEMD;
-                else if ((mem && strstr(mem, "/kernelsup-")) || (v2 && strstr(v2, "/kernelsup-"))) {
+                /* Our own sub-cgroups first: a launch falls back to them when a scope does not enforce every
+                 * limit, and the kernel then stays in the scope for name=systemd only. */
+                if (adopt_dirs(pid, &l) > 0)
                         l.mechanism = LIMITS_CGROUP;
-                        adopt_dirs(pid, &l);
-                }
+                else if (where && strstr(where, "/kernelsup-") && strstr(where, ".scope"))
+                        l.mechanism = LIMITS_SYSTEMD;
                 if (!limits_all(cc, &l))
                         note_set(&l, "adopted: its cgroups do not show every limit");
         }

@@ -34,6 +34,8 @@ def made_for(pid):
     for line in open("/proc/self/cgroup").read().splitlines():
         _, ctrls, path = line.split(":", 2)
         dirs |= {f"/sys/fs/cgroup/{c}{path}" for c in ctrls.split(",") if c}
+        if not ctrls:
+            dirs.add(f"/sys/fs/cgroup{path}")  # the daemon's own cgroup, where the root is cgroup v2
     for d in dirs:
         if os.path.isdir(d):
             found += [os.path.join(d, e) for e in os.listdir(d) if e.startswith("kernelsup-") and
@@ -46,7 +48,8 @@ def test(tap):
         tap.skip_all("needs root (a mount namespace with read-only cgroup hierarchies)")
     if shutil.which("unshare") is None:
         tap.skip_all("unshare is not installed (util-linux)")
-    probe = subprocess.run(["unshare", "-m", "/bin/sh", "-c", READONLY + "\ntouch /sys/fs/cgroup/memory/x\n", "sh"],
+    target = "/sys/fs/cgroup/memory/x" if os.path.isdir("/sys/fs/cgroup/memory") else "/sys/fs/cgroup/x"  # v1 or v2
+    probe = subprocess.run(["unshare", "-m", "/bin/sh", "-c", READONLY + f"\ntouch {target}\n", "sh"],
                            capture_output=True, text=True)
     if "Read-only file system" not in probe.stderr:
         tap.skip_all(f"cannot make the cgroup hierarchies read-only in a mount namespace: {probe.stderr.strip()!r}")
