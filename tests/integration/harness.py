@@ -91,6 +91,11 @@ class TAP:
         atexit.register(self._atexit)
         # The test driver (or a user) may SIGTERM us: run the cleanup then.
         signal.signal(signal.SIGTERM, lambda signo, frame: sys.exit(128 + signo))
+        # A suite started in the background of a script inherits SIGINT and SIGQUIT ignored, and so would every
+        # process a test starts: a kernelctl sent SIGINT mid-cell would not go away. Handled here, they are
+        # back to their defaults in each child.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
     def diag(self, text):
         for line in str(text).splitlines() or [""]:

@@ -173,7 +173,12 @@ def test_timeout_and_interrupt(tap, d):
         p = popen_ctl(d, "exec", "default", SPIN)
         read_line(p)
         p.send_signal(how)
-        p.wait()
+        try:
+            p.wait(timeout=harness.scaled(30))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            tap.ok(False, f"kernelctl exec ends at {how.name}", "it was still running 30 s later")
         r = d.ctl("exec", "default", "x", "--timeout", "20", timeout=40)
         tap.eq((r.returncode, r.stdout.split("\n")[0]), (0, "41"),
                f"a client killed with {how.name} mid-cell: its cell is interrupted, the next one runs", r.stderr)
