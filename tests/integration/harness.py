@@ -214,6 +214,23 @@ def main(fn, needs_jupyter=True):
 # /proc
 
 
+def cgroup_paths(text):
+    """{controller: path} from the text of /proc/PID/cgroup: each v1 controller ("memory", "cpu",
+    "name=systemd", ...) and "" for the cgroup v2 line ("0::PATH")."""
+    paths = {}
+    for line in text.splitlines():
+        if line.count(":") >= 2:
+            _, ctrls, path = line.split(":", 2)
+            paths.update({c: path for c in ctrls.split(",")})
+    return paths
+
+
+def proc_cgroups(pid="self"):
+    """cgroup_paths() of a process."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        return cgroup_paths(f.read())
+
+
 def proc_stat(pid):
     """(state, ppid, pgid, sid, starttime) of pid, or None when it does not exist."""
     try:

@@ -31,11 +31,9 @@ def made_for(pid):
     /sys/fs/cgroup itself, where only a v2 fallback gone wrong would make one."""
     found = []
     dirs = {"/sys/fs/cgroup"}
-    for line in open("/proc/self/cgroup").read().splitlines():
-        _, ctrls, path = line.split(":", 2)
-        dirs |= {f"/sys/fs/cgroup/{c}{path}" for c in ctrls.split(",") if c}
-        if not ctrls:
-            dirs.add(f"/sys/fs/cgroup{path}")  # the daemon's own cgroup, where the root is cgroup v2
+    for ctrl, path in harness.proc_cgroups().items():
+        # "" is the v2 line: the daemon's own cgroup, where the root is cgroup v2.
+        dirs.add(f"/sys/fs/cgroup/{ctrl}{path}" if ctrl else f"/sys/fs/cgroup{path}")
     for d in dirs:
         if os.path.isdir(d):
             found += [os.path.join(d, e) for e in os.listdir(d) if e.startswith("kernelsup-") and

@@ -12,6 +12,11 @@ import harness  # noqa: E402
 MIB = 1024 * 1024
 
 
+def memory_dir(pid):
+    """The directory of pid's cgroup in the v1 memory hierarchy."""
+    return "/sys/fs/cgroup/memory" + harness.proc_cgroups(pid)["memory"]
+
+
 def test(tap):
     d = harness.Daemon(tap, contexts=(
         "[context:boxed]\nmemory_max = 200M\ntasks_max = 64\ncpu_quota = 50%\n"
@@ -32,8 +37,8 @@ def test(tap):
         d.stop()
         return
 
-    memcg = [l for l in open("/proc/self/cgroup").read().splitlines() if ":memory:" in l]
-    if not memcg or not os.access("/sys/fs/cgroup/memory" + memcg[0].split(":", 2)[2], os.W_OK):
+    memcg = harness.proc_cgroups().get("memory")
+    if memcg is None or not os.access("/sys/fs/cgroup/memory" + memcg, os.W_OK):
         tap.diag("no writable cgroup v1 memory hierarchy here; checking only that status is honest")
         tap.ok(lim.get("mechanism") in ("cgroup", "rlimit", "none"), "a mechanism is named", repr(lim))
         d.stop()
@@ -44,7 +49,7 @@ def test(tap):
            "every limit is verified in place", repr(lim))
     cg = open(f"/proc/{boxed['pid']}/cgroup").read()
     tap.contains(cg, "kernelsup-boxed", "the kernel's /proc/PID/cgroup names its cgroup")
-    path = "/sys/fs/cgroup/memory" + [l for l in cg.splitlines() if ":memory:" in l][0].split(":", 2)[2]
+    path = memory_dir(boxed["pid"])
     tap.eq(int(open(path + "/memory.limit_in_bytes").read()), 200 * MIB, "memory.limit_in_bytes is 200M")
     tap.ok("kernelsup" not in open(f"/proc/{free['pid']}/cgroup").read(), "the other kernel is not in it")
 
@@ -86,11 +91,9 @@ def test(tap):
     d2 = harness.Daemon(tap, contexts="[context:boxed]\nmemory_max = 300M\n")
     d2.start()
     other = d2.wait_state("boxed", "ready")
-    cg2 = open(f"/proc/{other['pid']}/cgroup").read()
-    path2 = "/sys/fs/cgroup/memory" + [l for l in cg2.splitlines() if ":memory:" in l][0].split(":", 2)[2]
+    path2 = memory_dir(other["pid"])
     cur = d.context("boxed")
-    cur_path = "/sys/fs/cgroup/memory" + [l for l in open(f"/proc/{cur['pid']}/cgroup").read().splitlines()
-                                          if ":memory:" in l][0].split(":", 2)[2]
+    cur_path = memory_dir(cur["pid"])
     tap.ok(path2 != cur_path and "kernelsup-boxed-" in path2, "another daemon's context boxed: another sub-cgroup",
            f"{path2} / {cur_path}")
     tap.eq((int(open(path2 + "/memory.limit_in_bytes").read()), int(open(cur_path + "/memory.limit_in_bytes").read())),

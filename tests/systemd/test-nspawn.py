@@ -113,11 +113,7 @@ def build_dirs(builddir):
 def cgroup_mounts():
     """[(mount point, cgroup path of this process)] of the hierarchies nspawn uses:
     the named systemd one (cgroup v1) and cgroup2."""
-    mine = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrl, path = line.rstrip("\n").split(":", 2)
-            mine[ctrl] = path
+    mine = harness.proc_cgroups()
     found = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -671,8 +667,7 @@ def test(tap):
              LIMITS_POINTS[1], repr(lim))
         cg = c.sh("cat", f"/proc/{boxed.get('pid')}/cgroup", timeout=10).stdout
         # In every hierarchy that holds a limit, not only name=systemd (which systemd moves the pid into first).
-        where = {ctrl: path for _, ctrls, path in (ln.split(":", 2) for ln in cg.splitlines() if ln.count(":") >= 2)
-                 for ctrl in ctrls.split(",")}
+        where = harness.cgroup_paths(cg)
         scope = re.compile(r".*/kernelsup-boxed-[0-9]+\.scope$")
         hierarchies = ("name=systemd", "memory", "pids") if "memory" in where else ("",)  # v1, or v2's "0::"
         s.ok(all(scope.match(where.get(h, "")) for h in hierarchies),
