@@ -326,7 +326,8 @@ static void cleanup(void) {
         if (have_tmpdir) {
                 char cmd[128];
                 snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-                (void) system(cmd);
+                if (system(cmd) != 0)
+                        fprintf(stderr, "# could not remove %s\n", tmpdir);
                 have_tmpdir = false;
         }
 }
