@@ -70,5 +70,5 @@ const char *context_last_error(const Context *c);
  * this context's kernel, handles the exit (reaping it) and returns true. */
 bool context_child_exited(Context *c, pid_t pid);
 
-/* The status object of DESIGN.md/protocol.h. */
+/* The status object of protocol.c's field list. */
 json_t *context_to_json(const Context *c);

@@ -1,6 +1,6 @@
 /* kernelctl: the command line client of kernelsupd. Parses options, sends
  * one JSON-RPC request over the control socket, waits for its reply and
- * prints it for people (or as JSON), with the exit codes of DESIGN.md. */
+ * prints it for people (or as JSON), with the exit codes of doc/design.md (section 6). */
 
 #include <ctype.h>
 #include <errno.h>

@@ -15,7 +15,7 @@
 #define RPC_METHOD_NOT_FOUND -32601
 #define RPC_INVALID_PARAMS -32602
 #define RPC_INTERNAL_ERROR -32603
-/* ... and ours, each mapping to a kernelctl exit code (DESIGN.md). */
+/* ... and ours, each mapping to a kernelctl exit code (doc/design.md, section 6). */
 #define KS_ERR_FAILED -32000     /* exit 1 */
 #define KS_ERR_NO_CONTEXT -32001 /* exit 5 */
 #define KS_ERR_PERMISSION -32002 /* exit 4 */
@@ -79,4 +79,4 @@ int protocol_parse_message(const char *line, size_t len, RpcMessage *ret);
 void rpc_message_done(RpcMessage *m);
 
 /* The status object of one context, as the daemon sends it and kernelctl
- * reads it: see protocol.c for the field list (the names of DESIGN.md). */
+ * reads it: see protocol.c for the field list (the names of doc/design.md, section 1). */

@@ -1,6 +1,6 @@
 /* Launching a kernel: everything that can take a lock (NSS lookups, malloc)
  * happens in the parent; the child between fork and exec only makes
- * async-signal-safe calls (pitfalls.md: libzmq's threads make us threaded). */
+ * async-signal-safe calls (libzmq's threads make us threaded: doc/design.md, section 4). */
 #pragma once
 
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 """kernel.service under a real systemd: boots systemd 252 in systemd-nspawn over an
 overlay of this machine's root, with this build installed into the overlay by
 `make install DESTDIR=` and kernel.service enabled by `systemctl enable`
-(recipe: shared/notes/systemd-in-tests.md). Steps, each checked from inside:
+(recipe: doc/design.md, section 10). Steps, each checked from inside:
  1. boot: the service is active only once its kernel is ready (Type=notify), and
     StatusText says how many are ready;
  2. a cell sets a variable that a second cell reads;
@@ -633,7 +633,7 @@ def test(tap):
 
     # 6b. Limits through a transient scope per kernel. nspawn mounts the cgroup v1 controllers read-only in
     # the container, so systemd stores limits without enforcing them: remount them writable and re-exec
-    # systemd (the recipe in shared/notes/systemd-in-tests.md), as a host with delegation would have them.
+    # systemd (the recipe in doc/design.md, section 10), as a host with delegation would have them.
     with s.guard("6b limits"):
         for ctrl in ("memory", "pids", "cpu", "cpuacct", "cpu,cpuacct"):
             c.sh("mount", "-o", "remount,bind,rw", f"/sys/fs/cgroup/{ctrl}", timeout=10)

@@ -12,7 +12,7 @@
 
 /* Ports below the ephemeral range (32768-60999 on Linux by default), so a
  * connect() retried before the kernel binds can never get the destination
- * port as its source port and connect to itself (pitfalls.md). Each port is
+ * port as its source port and connect to itself (doc/design.md, section 4). Each port is
  * checked by binding it; all are held at once, so they are distinct. */
 static inline int pick_ports(uint16_t ret[_CHANNEL_MAX]) {
         int fds[_CHANNEL_MAX];

@@ -835,7 +835,7 @@ static void test_live(void) {
                 return;
         }
         have_tmpdir = true;
-        /* ipykernel 6.17 exits when orphaned if this is set (pitfalls.md), and
+        /* ipykernel 6.17 exits when orphaned if this is set (doc/design.md, section 4), and
          * matplotlib must use ipykernel's inline backend, whatever ours is. */
         unsetenv("JPY_PARENT_PID");
         setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline", 1);

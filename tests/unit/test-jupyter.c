@@ -883,7 +883,7 @@ static int spawn_kernel_gated(int *ret_gate) {
                 return -errno;
         if (pipe2(gate, O_CLOEXEC) < 0)
                 return -errno;
-        /* ipykernel 6.17 exits when orphaned if this is set (pitfalls.md). */
+        /* ipykernel 6.17 exits when orphaned if this is set (doc/design.md, section 4). */
         unsetenv("JPY_PARENT_PID");
 
         pid = fork();
