@@ -148,20 +148,6 @@ static int take_identity(const SpawnUser *u) {
         return 0;
 }
 
-static int write_all(int fd, const char *p, size_t len) {
-        while (len > 0) {
-                ssize_t k = write(fd, p, len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += k;
-                len -= (size_t) k;
-        }
-        return 0;
-}
-
 /* The file's bytes into a new temporary file in dirfd, then over name. Fills *rep on failure. */
 static void write_in(const WriteJob *j, int dirfd, WriteReport *rep) {
         int fd, r, dfd;

@@ -276,6 +276,22 @@ int proc_pid_starttime(pid_t pid, uint64_t *ret) {
         return 0;
 }
 
+int write_all(int fd, const void *data, size_t len) {
+        const char *p = data;
+
+        while (len > 0) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += k;
+                len -= (size_t) k;
+        }
+        return 0;
+}
+
 int mkdir_p(const char *path, mode_t mode) {
         _cleanup_free_ char *p = strdup(path);
 
@@ -306,7 +322,6 @@ int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t l
         uint8_t rnd[6];
         char rhex[13];
         _cleanup_close_ int fd = -1;
-        const char *p = data;
         int r;
 
         if (strlen(name) > NAME_MAX - 20)
@@ -320,17 +335,9 @@ int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t l
         fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        while (len > 0) {
-                ssize_t k = write(fd, p, len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        r = -errno;
-                        goto fail;
-                }
-                p += k;
-                len -= (size_t) k;
-        }
+        r = write_all(fd, data, len);
+        if (r < 0)
+                goto fail;
         if (uid != (uid_t) -1 && fchown(fd, uid, gid) < 0) {
                 r = -errno;
                 goto fail;

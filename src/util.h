@@ -53,6 +53,9 @@ int read_boot_id(char out[37]);
  * which with the pid identifies a process across pid reuse. -ESRCH if gone. */
 int proc_pid_starttime(pid_t pid, uint64_t *ret);
 
+/* Writes all len bytes, retrying after EINTR and short writes. Async-signal-safe (a forked child may use it). */
+int write_all(int fd, const void *data, size_t len);
+
 /* Creates path and its missing parents with mode (existing ones are left alone). */
 int mkdir_p(const char *path, mode_t mode);
 

@@ -158,6 +158,12 @@ def own_paths_test(tap, d):
         tap.contains(r.stderr, "cannot be written to an INI file so that it reads back the same",
                      f"add with {what}: the error says why")
         tap.ok(not os.path.lexists(d.context_file("v1")), f"add with {what}: no file written")
+    r = d.ctl("add", "v1", "--env", "A=" + "x" * 100000)
+    tap.eq(r.returncode, 1, "add with a value of 100 kB: refused (exit 1)", r.stderr[:300])
+    tap.contains(r.stderr, "is too long for one line of an INI file", "add with a value of 100 kB: the error says why")
+    tap.ok(len(r.stderr) < 500, "add with a value of 100 kB: the error quotes only the start of it",
+           f"{len(r.stderr)} bytes")
+    tap.ok(not os.path.lexists(d.context_file("v1")), "add with a value of 100 kB: no file written")
     rep = d.rpc("add", {"context": "v1", "env": ["A=x\u0000;user = root"]})
     # The protocol's JSON parser refuses a NUL already (-32700); add would too (-32602).
     tap.ok(harness.is_rpc_error(rep, -32700) or harness.is_rpc_error(rep, -32602), "raw add with a NUL in env: refused",
