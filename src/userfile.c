@@ -296,9 +296,14 @@ static char *report_reason(const WriteJob *j, const WriteReport *rep) {
         case STEP_DIRECTORY:
                 if (rep->err == ELOOP)
                         r = asprintf(&s, "%.*s is a symbolic link; no component of the path may be one", pl, j->path);
-                else if (rep->err == EACCES)
-                        r = asprintf(&s, "%.*s: permission denied to %s", pl, j->path, who);
-                else
+                else if (rep->err == EACCES) {
+                        /* A lookup is refused by the directory above the component: its search permission. */
+                        int up = pl;
+                        while (up > 1 && j->path[up - 1] != '/')
+                                up--;
+                        r = asprintf(&s, "cannot reach %.*s: %s may not search %.*s", pl, j->path, who,
+                                     up > 1 ? up - 1 : 1, j->path);
+                } else
                         r = asprintf(&s, "%.*s: %s", pl, j->path, strerror(rep->err));
                 break;
         case STEP_STICKY:

@@ -150,7 +150,7 @@ static void test_user_rights(void) {
         /* A directory the user cannot even search. */
         dir("closed", 0700, -1);
         dir("closed/inner", 0777, -1);
-        write_expect("closed/inner/k.json", &u, -EACCES, "/closed/inner: permission denied to uid 4321",
+        write_expect("closed/inner/k.json", &u, -EACCES, "/closed/inner: uid 4321 may not search",
                      "a component the user cannot search");
 
         /* The user's own directory: written, owned by the user, 0600. */
