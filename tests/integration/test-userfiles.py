@@ -135,6 +135,16 @@ def own_paths_test(tap, d):
                      f"add --connection-file in {what}: the error names file, line, key and value")
         tap.contains(r.stderr, "the daemon's own", f"add --connection-file in {what}: and why")
         tap.eq(sorted(os.listdir(d.contexts_dir)), before, f"add --connection-file in {what}: nothing kept")
+    # Through a link (root's own) to contexts_dir, the path passes the check by its text, and the write refuses it.
+    os.symlink(d.contexts_dir, os.path.join(d.tmp, "lnk"))
+    r = d.ctl("add", "f2", "--connection-file", f"{d.tmp}/lnk/f2.ini")
+    tap.eq(r.returncode, 0, "add --connection-file through a link to contexts_dir: added", r.stderr)
+    c = d.wait_context("f2", lambda c: c.get("last_error") or c.get("state") == "ready", "a last_error")
+    tap.eq(c.get("last_error"), f"Failed to write the connection file {d.tmp}/lnk/f2.ini: {d.tmp}/lnk is a symbolic "
+           "link; no component of the path may be one", "through a link to contexts_dir: the write is refused")
+    tap.ok(read(d.context_file("f2")).startswith("; written by kernelctl add\n"),
+           "through a link to contexts_dir: f2.ini still holds what add wrote")
+    tap.eq(d.ctl("remove", "f2").returncode, 0, "remove f2")
     tap.eq(d.ctl("reload").returncode, 0, "a reload afterwards succeeds")
     tap.eq(d.wait_state("a", "ready").get("last_error"), None, "context a is untouched")
 
