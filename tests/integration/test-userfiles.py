@@ -33,7 +33,8 @@ class TestUser:
         return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], check=True, capture_output=True)
 
     def close(self):
-        subprocess.run(["userdel", self.name], capture_output=True)
+        # --force: after a failed point the user's kernels may still run (the harness ends them at exit).
+        subprocess.run(["userdel", "--force", self.name], capture_output=True)
 
 
 def put(path, text, uid=0, mode=0o644):
