@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -684,7 +685,8 @@ typedef struct Parser {
         Config *config;
         Section supervisor, defaults_section;
         Section **contexts; /* in the order they were defined */
-        size_t n_contexts;
+        size_t n_contexts, n_allocated;
+        StrIndex context_names; /* name -> index into contexts */
 
         /* The file being read. */
         const char *file;
@@ -707,6 +709,7 @@ static void parser_done(Parser *p) {
         for (size_t i = 0; i < p->n_contexts; i++)
                 section_free(p->contexts[i]);
         free(p->contexts);
+        str_index_done(&p->context_names);
         free(p->error);
 }
 
@@ -790,15 +793,17 @@ static int parser_begin_section(Parser *p, const char *name, size_t len) {
                                            "%s:%u: [%s]: invalid context name (1 to 64 letters, digits, '_', '.' "
                                            "or '-')",
                                            p->file, p->line, value_shorten(title, shown));
-                for (size_t i = 0; i < p->n_contexts; i++)
-                        if (streq(p->contexts[i]->cc.name, ctx))
-                                return parser_fail(p, -EINVAL, "%s:%u: [%s] defined again (first at %s:%u)", p->file,
-                                                   p->line, title, p->contexts[i]->cc.source.file,
-                                                   p->contexts[i]->cc.source.line);
-                a = reallocarray(p->contexts, p->n_contexts + 1, sizeof(Section *));
-                if (!a)
-                        return parser_oom(p);
-                p->contexts = a;
+                size_t first;
+                int r;
+
+                if (p->n_contexts == p->n_allocated) {
+                        size_t n = p->n_allocated ? 2 * p->n_allocated : 16;
+                        a = reallocarray(p->contexts, n, sizeof(Section *));
+                        if (!a)
+                                return parser_oom(p);
+                        p->contexts = a;
+                        p->n_allocated = n;
+                }
                 s = calloc(1, sizeof(Section));
                 if (!s)
                         return parser_oom(p);
@@ -807,6 +812,13 @@ static int parser_begin_section(Parser *p, const char *name, size_t len) {
                 s->cc.name = strdup(ctx);
                 if (!s->cc.name)
                         return parser_oom(p);
+                r = str_index_put(&p->context_names, s->cc.name, p->n_contexts - 1, &first);
+                if (r < 0)
+                        return parser_oom(p);
+                if (r > 0)
+                        return parser_fail(p, -EINVAL, "%s:%u: [%s] defined again (first at %s:%u)", p->file, p->line,
+                                           title, p->contexts[first]->cc.source.file,
+                                           p->contexts[first]->cc.source.line);
         } else
                 return parser_fail(p, -EINVAL, "%s:%u: unknown section [%s] (expected %s)", p->file, p->line,
                                    value_shorten(title, shown),
@@ -978,7 +990,14 @@ static int parser_load_file(Parser *p, const char *path, bool in_contexts_dir) {
         size_t size;
         int r;
 
-        r = read_file(path, CONFIG_FILE_MAX, &data, &size);
+        /* A file in contexts_dir is a context's whole definition, user= included: a symlink there would hand it to
+         * whoever may write the link's target, so only the file itself counts. */
+        r = read_file_at(AT_FDCWD, path, in_contexts_dir, CONFIG_FILE_MAX, &data, &size);
+        if (r == -ELOOP)
+                return parser_fail(p, r,
+                                   "%s: is a symbolic link, which contexts_dir does not follow (put the file itself "
+                                   "there)",
+                                   path);
         if (r < 0)
                 return parser_fail(p, r, "%s: %s", path, strerror(-r));
 
@@ -1177,12 +1196,16 @@ static int parser_resolve_context(Parser *p, const Section *s, ContextConfig *re
         }
         if (ret->connection_file) {
                 /* {name} lets one connection_file in [defaults] serve every context. */
-                char *f = placeholders_expand(ret->connection_file, NULL, ret->name);
+                _cleanup_free_ char *f = placeholders_expand(ret->connection_file, NULL, ret->name);
 
                 if (!f)
                         return -ENOMEM;
                 free(ret->connection_file);
-                ret->connection_file = f;
+                ret->connection_file = NULL;
+                /* One spelling per file, so that ".." cannot hide a path from the checks below. */
+                r = path_normalize(f, &ret->connection_file);
+                if (r < 0)
+                        return r;
         } else if (asprintf(&ret->connection_file, "%s/connections/%s.json", p->config->runtime_dir, ret->name) < 0) {
                 ret->connection_file = NULL;
                 return -ENOMEM;
@@ -1190,28 +1213,157 @@ static int parser_resolve_context(Parser *p, const Section *s, ContextConfig *re
         return 0;
 }
 
+/* The daemon's own places, each as written and as realpath() finds it now (they are root's: a link among them is
+ * the administrator's). A published file may lie in <runtime_dir>/connections; nowhere else below them. */
+typedef struct OwnPath {
+        const char *key;  /* the [supervisor] key that names it */
+        char *path;       /* normalized */
+        bool just_itself; /* a file (the config, the socket), not a directory */
+} OwnPath;
+
+#define OWN_PATHS_MAX 12
+
+static int own_path_add(OwnPath *v, size_t *n, const char *key, const char *path, bool just_itself) {
+        char *real;
+        int r;
+
+        r = path_normalize(path, &v[*n].path);
+        if (r < 0)
+                return r == -EINVAL ? 0 : r; /* a relative path (a test's config) names no place of ours here */
+        v[*n].key = key;
+        v[*n].just_itself = just_itself;
+        (*n)++;
+        real = realpath(path, NULL);
+        if (!real)
+                return 0;
+        v[*n] = (OwnPath){ .key = key, .path = real, .just_itself = just_itself };
+        (*n)++;
+        return 0;
+}
+
+static void own_paths_free(OwnPath *v, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(v[i].path);
+}
+
+static int own_paths_collect(const Config *c, OwnPath v[static OWN_PATHS_MAX], size_t *ret_n,
+                             OwnPath published[static 2], size_t *ret_n_published) {
+        _cleanup_free_ char *conn = NULL;
+        size_t n = 0, np = 0;
+        int r;
+
+        if (asprintf(&conn, "%s/connections", c->runtime_dir) < 0)
+                return -ENOMEM;
+        r = own_path_add(published, &np, "runtime_dir", conn, false);
+        if (r >= 0)
+                r = own_path_add(v, &n, "the configuration file", c->path, true);
+        if (r >= 0)
+                r = own_path_add(v, &n, "the control socket", c->socket_path, true);
+        if (r >= 0)
+                r = own_path_add(v, &n, "contexts_dir", c->contexts_dir, false);
+        if (r >= 0)
+                r = own_path_add(v, &n, "state_dir", c->state_dir, false);
+        if (r >= 0)
+                r = own_path_add(v, &n, "runtime_dir", c->runtime_dir, false);
+        *ret_n = n;
+        *ret_n_published = np;
+        return r;
+}
+
+static const OwnPath *own_path_holding(const OwnPath *v, size_t n, const char *path) {
+        for (size_t i = 0; i < n; i++)
+                if (v[i].just_itself ? streq(path, v[i].path) : path_is_below(path, v[i].path))
+                        return &v[i];
+        return NULL;
+}
+
+/* A connection file is written over whatever is at its path: never onto the daemon's own files (its config, its
+ * state, the kernels' private files), which would break every later start. The daemon's published files live in
+ * <runtime_dir>/connections, which is allowed. Links need no resolving here: no component of a published path may
+ * be one when it is written, and following a user's link now would let that user get the whole configuration
+ * refused. */
+static int parser_check_own_paths(Parser *p, ContextConfig *ccs) {
+        OwnPath own[OWN_PATHS_MAX] = {}, published[2] = {};
+        size_t n_own = 0, n_published = 0;
+        char label[96], shown[VALUE_SHOWN_MAX + 4];
+        int r;
+
+        r = own_paths_collect(p->config, own, &n_own, published, &n_published);
+        for (size_t i = 0; r >= 0 && i < p->n_contexts; i++) {
+                const OwnPath *o;
+                const Section *from;
+
+                ccs[i].connection_file_published = own_path_holding(published, n_published, ccs[i].connection_file);
+                if (ccs[i].connection_file_published)
+                        continue;
+                o = own_path_holding(own, n_own, ccs[i].connection_file);
+                if (!o)
+                        continue;
+                from = parser_setter(p, p->contexts[i], KEY_CONNECTION_FILE);
+                if (!from) /* the default path: only a runtime_dir set inside contexts_dir or state_dir gets here */
+                        from = p->contexts[i];
+                r = parser_fail(p, -EINVAL,
+                                "%s:%u: [%s] connection_file = %s: %s is %s%s %s, the daemon's own; "
+                                "connection files go elsewhere (or in %s/connections)",
+                                from->cc.source.file, from->keys[KEY_CONNECTION_FILE].line ?: from->cc.source.line,
+                                section_label(from, label, sizeof label),
+                                value_shorten(from->keys[KEY_CONNECTION_FILE].raw ?: ccs[i].connection_file, shown),
+                                ccs[i].connection_file, o->just_itself ? "" : "inside ", o->key, o->path,
+                                p->config->runtime_dir);
+        }
+        own_paths_free(own, n_own);
+        own_paths_free(published, n_published);
+        if (r == -ENOMEM)
+                return parser_oom(p);
+        return r;
+}
+
+/* Each kernel keeps PORTS_PER_KERNEL ports of port_range for good: a range too small fails kernels one by one at
+ * run time, so say so now. */
+static int parser_check_port_capacity(Parser *p) {
+        const KeySetting *ks = &p->supervisor.keys[KEY_PORT_RANGE];
+        size_t need = p->n_contexts * PORTS_PER_KERNEL, have = (size_t) p->config->port_max - p->config->port_min + 1;
+
+        if (need <= have)
+                return 0;
+        if (ks->line > 0)
+                return parser_fail(
+                        p, -EINVAL,
+                        "%s:%u: [supervisor] port_range = %s: holds %zu ports, but the %zu contexts need %zu "
+                        "(%d each)",
+                        p->supervisor.cc.source.file, ks->line, ks->raw, have, p->n_contexts, need, PORTS_PER_KERNEL);
+        return parser_fail(
+                p, -EINVAL,
+                "%s: [supervisor] port_range (default %d-%d) holds %zu ports, but the %zu contexts need %zu "
+                "(%d each): set a wider port_range",
+                p->config->path, DEFAULT_PORT_MIN, DEFAULT_PORT_MAX, have, p->n_contexts, need, PORTS_PER_KERNEL);
+}
+
 /* Two kernels writing one connection file would hand clients each other's ports and keys. */
 static int parser_check_connection_files(Parser *p, const ContextConfig *ccs) {
         char label[96], shown[VALUE_SHOWN_MAX + 4];
+        _cleanup_(str_index_done) StrIndex seen = {};
 
-        for (size_t i = 1; i < p->n_contexts; i++)
-                for (size_t j = 0; j < i; j++) {
-                        const Section *s, *from;
-                        size_t named;
+        for (size_t i = 0; i < p->n_contexts; i++) {
+                const Section *s, *from;
+                size_t j, named;
+                int r;
 
-                        if (!streq(ccs[i].connection_file, ccs[j].connection_file))
-                                continue;
-                        /* At least one of the two was set explicitly: default paths differ by name. */
-                        named = parser_setter(p, p->contexts[i], KEY_CONNECTION_FILE) ? i : j;
-                        s = p->contexts[named];
-                        from = parser_setter(p, s, KEY_CONNECTION_FILE);
-                        return parser_fail(p, -EINVAL,
-                                           "%s:%u: [%s] connection_file = %s: contexts %s and %s would share %s",
-                                           from->cc.source.file, from->keys[KEY_CONNECTION_FILE].line,
-                                           section_label(from, label, sizeof label),
-                                           value_shorten(from->keys[KEY_CONNECTION_FILE].raw, shown), ccs[j].name,
-                                           ccs[i].name, ccs[i].connection_file);
-                }
+                r = str_index_put(&seen, ccs[i].connection_file, i, &j);
+                if (r < 0)
+                        return parser_oom(p);
+                if (r == 0)
+                        continue;
+                /* At least one of the two was set explicitly: default paths differ by name. */
+                named = parser_setter(p, p->contexts[i], KEY_CONNECTION_FILE) ? i : j;
+                s = p->contexts[named];
+                from = parser_setter(p, s, KEY_CONNECTION_FILE);
+                return parser_fail(p, -EINVAL, "%s:%u: [%s] connection_file = %s: contexts %s and %s would share %s",
+                                   from->cc.source.file, from->keys[KEY_CONNECTION_FILE].line,
+                                   section_label(from, label, sizeof label),
+                                   value_shorten(from->keys[KEY_CONNECTION_FILE].raw, shown), ccs[j].name, ccs[i].name,
+                                   ccs[i].connection_file);
+        }
         return 0;
 }
 
@@ -1281,6 +1433,12 @@ static int parser_resolve(Parser *p) {
         r = parser_check_connection_files(p, c->contexts);
         if (r < 0)
                 return r;
+        r = parser_check_own_paths(p, c->contexts);
+        if (r < 0)
+                return r;
+        r = parser_check_port_capacity(p);
+        if (r < 0)
+                return r;
         qsort(c->contexts, c->n_contexts, sizeof(ContextConfig), context_config_compare);
         return 0;
 }
@@ -1313,6 +1471,40 @@ int config_load(const char *path, const ConfigDefaults *defaults, Config **ret, 
                 return r;
         }
         *ret = TAKE_PTR(c);
+        return 0;
+}
+
+int config_value_writable(const char *key, const char *value, size_t len, const char **ret_reason) {
+        _cleanup_free_ char *after_eq = NULL;
+
+        if (len != strlen(value)) {
+                *ret_reason = "contains a NUL byte";
+                return -EINVAL;
+        }
+        if (len == 0) {
+                *ret_reason = "is empty";
+                return -EINVAL;
+        }
+        if (strpbrk(value, "\r\n")) {
+                *ret_reason = "contains a line break";
+                return -EINVAL;
+        }
+        if (isspace((unsigned char) value[0]) || isspace((unsigned char) value[len - 1])) {
+                *ret_reason = "starts or ends with a blank, which the INI reader trims";
+                return -EINVAL;
+        }
+        /* inih's buffer holds INI_MAX_LINE bytes with the NUL; parser_read_line refuses longer lines. */
+        if (strlen(key) + strlen(" = ") + len > INI_MAX_LINE - 1) {
+                *ret_reason = "is too long for one line of an INI file (at most 199 bytes with the key and \" = \")";
+                return -EINVAL;
+        }
+        /* The text after '=' as inih scans it, the blank we write included. */
+        if (asprintf(&after_eq, " %s", value) < 0)
+                return -ENOMEM;
+        if (*find_chars_or_comment(after_eq, NULL) != '\0') {
+                *ret_reason = "holds a ';' after a blank, which starts a comment in an INI file";
+                return -EINVAL;
+        }
         return 0;
 }
 

@@ -30,7 +30,8 @@ typedef struct ContextConfig {
         ConfigSource source;    /* the [context:NAME] header */
         char **argv;            /* NULL-terminated; may contain {kernel_file} and {name} */
         RestartPolicy restart;
-        char *connection_file;  /* absolute; default <runtime_dir>/connections/<name>.json */
+        char *connection_file;  /* absolute, normalized; default <runtime_dir>/connections/<name>.json */
+        bool connection_file_published; /* it lies in <runtime_dir>/connections, the daemon's own directory */
         char *user;             /* NULL: the daemon's own user */
         char *group;            /* NULL: the user's primary group */
         char *cwd;              /* NULL: the user's home, or / */
@@ -81,6 +82,12 @@ typedef struct ConfigDefaults {
  *   "/etc/kernelsup/kernelsup.ini:12: [context:a] restart = sometimes: expected always, on-failure or no".
  * The config is rejected as a whole on the first error. */
 int config_load(const char *path, const ConfigDefaults *defaults, Config **ret, char **ret_error);
+
+/* Whether the line "key = value", written into a contexts_dir file (kernelctl add), reads back as exactly value (len
+ * bytes: a JSON string may hold a NUL). -EINVAL with *ret_reason when it would not: a NUL or a line break, blanks at
+ * either end (trimmed), a ';' after a blank (starts a comment), an empty value, or a line longer than the reader
+ * takes. Whether the key's own parser accepts the value is checked when the file is loaded. */
+int config_value_writable(const char *key, const char *value, size_t len, const char **ret_reason);
 
 Config *config_free(Config *c);
 static inline void config_freep(Config **c) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "connfile.h"
+#include "userfile.h"
 #include "util.h"
 
 /* ipykernel writes whatever key it was given; ConnectionInfo.key holds at most this many characters. */
@@ -166,6 +167,24 @@ int connection_file_write(const char *path, const ConnectionInfo *ci, uid_t uid,
         return write_file_atomic(path, text, strlen(text), 0600, uid, gid);
 }
 
+int connection_file_publish(const char *path, const ConnectionInfo *ci, const SpawnUser *u, bool in_daemon_dir,
+                            char **ret_reason) {
+        _cleanup_(erase_freep) char *text = NULL;
+        bool as = u && u->change;
+        int r;
+
+        if (in_daemon_dir) {
+                r = connection_file_write(path, ci, as ? u->uid : (uid_t) -1, as ? u->gid : (gid_t) -1);
+                if (r < 0 && ret_reason)
+                        *ret_reason = strdup(strerror(-r));
+                return r;
+        }
+        text = connection_info_format(ci);
+        if (!text)
+                return -ENOMEM;
+        return user_file_write(path, text, strlen(text), 0600, u, ret_reason);
+}
+
 int port_is_free(const char *ip, uint16_t port) {
         union {
                 struct sockaddr sa;
@@ -200,26 +219,18 @@ int port_is_free(const char *ip, uint16_t port) {
         return 1;
 }
 
-/* 32-bit FNV-1a: cheap, stable across builds and machines, and spreads short names well enough. */
-static uint32_t fnv1a(const char *s) {
-        uint32_t h = 2166136261u;
+/* One bit per port number: whether a port is taken costs the same however many contexts there are. */
+typedef struct PortSet {
+        uint64_t bits[65536 / 64];
+} PortSet;
 
-        for (; *s; s++) {
-                h ^= (uint8_t) *s;
-                h *= 16777619u;
-        }
-        return h;
-}
-
-static bool port_in(uint16_t port, const uint16_t *v, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                if (v[i] == port)
-                        return true;
-        return false;
+static bool port_set_has(const PortSet *s, uint16_t port) {
+        return s->bits[port / 64] & (UINT64_C(1) << (port % 64));
 }
 
 int ports_allocate(const char *name, const char *ip, uint16_t min, uint16_t max, const uint16_t *taken, size_t n_taken,
                    uint16_t ret[_CHANNEL_MAX]) {
+        _cleanup_free_ PortSet *taken_set = NULL;
         uint16_t chosen[_CHANNEL_MAX];
         size_t n_chosen = 0;
         uint32_t range, start;
@@ -231,12 +242,18 @@ int ports_allocate(const char *name, const char *ip, uint16_t min, uint16_t max,
         if (range < _CHANNEL_MAX)
                 return -EADDRNOTAVAIL;
 
+        taken_set = calloc(1, sizeof(PortSet));
+        if (!taken_set)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_taken; i++)
+                taken_set->bits[taken[i] / 64] |= UINT64_C(1) << (taken[i] % 64);
+
         /* Each port of the range is probed at most once, so the chosen ones are distinct by construction. */
-        start = fnv1a(name) % range;
+        start = string_hash(name) % range;
         for (uint32_t i = 0; i < range && n_chosen < _CHANNEL_MAX; i++) {
                 uint16_t port = (uint16_t) (min + (start + i) % range);
 
-                if (port_in(port, taken, n_taken))
+                if (port_set_has(taken_set, port))
                         continue;
                 r = port_is_free(ip, port);
                 if (r < 0)

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "spawn.h"
+
 typedef enum Channel {
         CHANNEL_SHELL,
         CHANNEL_IOPUB,
@@ -42,6 +44,15 @@ int connection_info_parse(const char *text, ConnectionInfo *ret);
  * uid:gid (uid (uid_t)-1 leaves the owner as is), never through a symlink:
  * the parent is opened with O_NOFOLLOW and a symlink at path is replaced. */
 int connection_file_write(const char *path, const ConnectionInfo *ci, uid_t uid, gid_t gid);
+
+/* Publishes the connection file for the user u (NULL or u->change false: the daemon's own). In the daemon's own
+ * directory for published files (in_daemon_dir: <runtime_dir>/connections, root's, where no one else can plant
+ * anything) the daemon writes it with connection_file_write() and hands it to u; anywhere else it is written with
+ * u's own rights by user_file_write(), so it lands only where u could put it itself, and no component of the path
+ * may be a symlink. On failure returns -errno and, when ret_reason is not NULL, a newly allocated sentence saying
+ * why, naming the component at fault. */
+int connection_file_publish(const char *path, const ConnectionInfo *ci, const SpawnUser *u, bool in_daemon_dir,
+                            char **ret_reason);
 
 /* 1 when ip:port can be bound now (tested with SO_REUSEADDR, as libzmq
  * binds), 0 when it is in use, -errno on other errors (-EINVAL for an ip

@@ -690,15 +690,15 @@ static int context_prepare_ports(Context *c, char **ret_note) {
         return 0;
 }
 
-static int fail_path(char **ret_error, const char *what, const char *path, int r) {
-        if (asprintf(ret_error, "Failed to %s %s: %s", what, path, strerror(-r)) < 0)
+static int fail_path(char **ret_error, const char *what, const char *path, const char *why, int r) {
+        if (asprintf(ret_error, "Failed to %s %s: %s", what, path, why) < 0)
                 *ret_error = NULL;
         return r;
 }
 
 static int context_write_files(Context *c, char **ret_kernel_file, char **ret_error) {
         const Config *cfg = c->sup->config;
-        _cleanup_free_ char *dir = NULL, *kfile = NULL, *text = NULL;
+        _cleanup_free_ char *dir = NULL, *kfile = NULL, *text = NULL, *reason = NULL;
         uid_t uid = c->user.change ? c->user.uid : (uid_t) -1;
         gid_t gid = c->user.change ? c->user.gid : (gid_t) -1;
         int r;
@@ -708,18 +708,20 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
             asprintf(&kfile, "%s/kernel.json", dir) < 0)
                 return -ENOMEM;
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                return fail_path(ret_error, "create", dir, -errno);
+                return fail_path(ret_error, "create", dir, strerror(errno), -errno);
         if (c->user.change && chown(dir, uid, gid) < 0)
-                return fail_path(ret_error, "chown", dir, -errno);
+                return fail_path(ret_error, "chown", dir, strerror(errno), -errno);
         text = connection_info_format(&c->st.conn);
         if (!text)
                 return -ENOMEM;
         r = write_file_atomic(kfile, text, strlen(text), 0600, uid, gid);
         if (r < 0)
-                return fail_path(ret_error, "write", kfile, r);
-        r = connection_file_write(c->cfg->connection_file, &c->st.conn, uid, gid);
+                return fail_path(ret_error, "write", kfile, strerror(-r), r);
+        r = connection_file_publish(c->cfg->connection_file, &c->st.conn, &c->user, c->cfg->connection_file_published,
+                                    &reason);
         if (r < 0)
-                return fail_path(ret_error, "write the connection file", c->cfg->connection_file, r);
+                return fail_path(ret_error, "write the connection file", c->cfg->connection_file,
+                                 reason ?: strerror(-r), r);
         *ret_kernel_file = TAKE_PTR(kfile);
         return 0;
 }
@@ -994,7 +996,7 @@ static void end_process(pid_t pid, int pidfd) {
 }
 
 int context_adopt(Context *c, char **ret_reason) {
-        _cleanup_free_ char *err = NULL;
+        _cleanup_free_ char *err = NULL, *reason = NULL;
         _cleanup_close_ int fd = -1;
         pid_t pid = c->st.pid;
         uint64_t start;
@@ -1053,10 +1055,10 @@ int context_adopt(Context *c, char **ret_reason) {
         limits_release(&c->limits);
         limits_inspect(c->cfg, pid, &c->limits);
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
-        r = connection_file_write(c->cfg->connection_file, &c->st.conn, c->user.change ? c->user.uid : (uid_t) -1,
-                                  c->user.change ? c->user.gid : (gid_t) -1);
+        r = connection_file_publish(c->cfg->connection_file, &c->st.conn, &c->user, c->cfg->connection_file_published,
+                                    &reason);
         if (r < 0)
-                log_warning_errno(r, "%s: failed to rewrite %s: %m", c->name, c->cfg->connection_file);
+                log_warning("%s: failed to rewrite %s: %s", c->name, c->cfg->connection_file, reason ?: strerror(-r));
         context_save(c);
         log_info("%s: adopting kernel %s (pid %d, incarnation %llu) left by an earlier kernelsupd", c->name,
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);

@@ -826,9 +826,29 @@ static int open_contexts_dir(Supervisor *s) {
         return r < 0 ? r : open_dir_nofollow(s->config->contexts_dir);
 }
 
-/* A value for one line of an INI file: no line breaks, no NUL, no leading blank. */
-static bool ini_value_ok(const char *v) {
-        return v && *v && !strpbrk(v, "\r\n") && v[0] != ' ' && v[0] != '\t';
+/* Whatever add writes must read back exactly: a value the INI format would cut or change is refused, with nothing
+ * written. Answers the request and returns false when refused. */
+static bool add_value_writable(ControlRequest *req, const char *key, json_t *v) {
+        _cleanup_free_ char *shown = NULL;
+        const char *reason = NULL;
+        int r;
+
+        r = config_value_writable(key, json_string_value(v), json_string_length(v), &reason);
+        if (r >= 0)
+                return true;
+        if (r == -ENOMEM) {
+                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+                return false;
+        }
+        /* The value as JSON, so a line break or a NUL shows; cut, so a huge one does not flood the reply. */
+        shown = json_dumps(v, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+        if (shown && strlen(shown) > 80)
+                strcpy(shown + 72, "\"…");
+        control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                              "%s = %s cannot be written to an INI file so that it reads back the same: it %s; nothing "
+                              "was written",
+                              key, shown ?: "?", reason);
+        return false;
 }
 
 /* add: writes contexts_dir/NAME.ini and reloads; a reload that fails removes the file again. */
@@ -866,18 +886,24 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
                 json_t *kv = json_object_get(params, keys[i]);
                 if (!kv)
                         continue;
-                if (!ini_value_ok(json_string_value(kv))) {
+                if (!json_is_string(kv)) {
                         fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                                     "%s must be a non-empty one-line string", keys[i]);
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s must be a string", keys[i]);
+                }
+                if (!add_value_writable(req, keys[i], kv)) {
+                        fclose(f);
+                        return;
                 }
                 fprintf(f, "%s = %s\n", keys[i], json_string_value(kv));
         }
         json_array_foreach(env, i, v) {
-                if (!ini_value_ok(json_string_value(v)) || !strchr(json_string_value(v), '=')) {
+                if (!json_is_string(v) || !strchr(json_string_value(v), '=')) {
                         fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                                     "env entries must be one-line K=V strings");
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env entries must be K=V strings");
+                }
+                if (!add_value_writable(req, "env", v)) {
+                        fclose(f);
+                        return;
                 }
                 fprintf(f, "env = %s\n", json_string_value(v));
         }

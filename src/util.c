@@ -118,6 +118,74 @@ int random_bytes(void *p, size_t n) {
         return 0;
 }
 
+uint32_t string_hash(const char *s) {
+        uint32_t h = 2166136261u;
+
+        for (; *s; s++) {
+                h ^= (uint8_t) *s;
+                h *= 16777619u;
+        }
+        return h;
+}
+
+/* The slot of key, or of the empty place where it would go (size is a power of two, never full). */
+static size_t str_index_slot(const StrIndex *m, const char *key) {
+        size_t i = string_hash(key) & (m->size - 1);
+
+        while (m->keys[i] && !streq(m->keys[i], key))
+                i = (i + 1) & (m->size - 1);
+        return i;
+}
+
+static int str_index_grow(StrIndex *m) {
+        StrIndex bigger = { .size = m->size ? 2 * m->size : 64 };
+
+        bigger.keys = calloc(bigger.size, sizeof(char *));
+        bigger.values = calloc(bigger.size, sizeof(size_t));
+        if (!bigger.keys || !bigger.values) {
+                str_index_done(&bigger);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < m->size; i++)
+                if (m->keys[i]) {
+                        size_t j = str_index_slot(&bigger, m->keys[i]);
+                        bigger.keys[j] = m->keys[i];
+                        bigger.values[j] = m->values[i];
+                }
+        bigger.n = m->n;
+        str_index_done(m);
+        *m = bigger;
+        return 0;
+}
+
+int str_index_put(StrIndex *m, const char *key, size_t value, size_t *ret_value) {
+        size_t i;
+        int r;
+
+        /* At most half full, so probe runs stay short. */
+        if (2 * (m->n + 1) > m->size) {
+                r = str_index_grow(m);
+                if (r < 0)
+                        return r;
+        }
+        i = str_index_slot(m, key);
+        if (m->keys[i]) {
+                if (ret_value)
+                        *ret_value = m->values[i];
+                return 1;
+        }
+        m->keys[i] = key;
+        m->values[i] = value;
+        m->n++;
+        return 0;
+}
+
+void str_index_done(StrIndex *m) {
+        free(m->keys);
+        free(m->values);
+        *m = (StrIndex){};
+}
+
 void hex_encode(const void *p, size_t n, char *out) {
         static const char digits[] = "0123456789abcdef";
         const uint8_t *b = p;
@@ -208,6 +276,22 @@ int proc_pid_starttime(pid_t pid, uint64_t *ret) {
         return 0;
 }
 
+int write_all(int fd, const void *data, size_t len) {
+        const char *p = data;
+
+        while (len > 0) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += k;
+                len -= (size_t) k;
+        }
+        return 0;
+}
+
 int mkdir_p(const char *path, mode_t mode) {
         _cleanup_free_ char *p = strdup(path);
 
@@ -238,7 +322,6 @@ int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t l
         uint8_t rnd[6];
         char rhex[13];
         _cleanup_close_ int fd = -1;
-        const char *p = data;
         int r;
 
         if (strlen(name) > NAME_MAX - 20)
@@ -252,17 +335,9 @@ int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t l
         fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        while (len > 0) {
-                ssize_t k = write(fd, p, len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        r = -errno;
-                        goto fail;
-                }
-                p += k;
-                len -= (size_t) k;
-        }
+        r = write_all(fd, data, len);
+        if (r < 0)
+                goto fail;
         if (uid != (uid_t) -1 && fchown(fd, uid, gid) < 0) {
                 r = -errno;
                 goto fail;
@@ -298,6 +373,47 @@ int path_split(const char *path, char **ret_dir, const char **ret_name) {
         *ret_dir = dir;
         *ret_name = slash ? slash + 1 : path;
         return 0;
+}
+
+int path_normalize(const char *path, char **ret) {
+        size_t n = 0;
+        char *out;
+
+        if (!path || path[0] != '/')
+                return -EINVAL;
+        out = malloc(strlen(path) + 2);
+        if (!out)
+                return -ENOMEM;
+        for (const char *s = path; *s;) {
+                size_t len;
+
+                s += strspn(s, "/");
+                len = strcspn(s, "/");
+                if (len == 2 && s[0] == '.' && s[1] == '.') {
+                        while (n > 0 && out[n - 1] != '/')
+                                n--;
+                        if (n > 0)
+                                n--; /* the slash before the component dropped */
+                } else if (len > 0 && !(len == 1 && s[0] == '.')) {
+                        out[n++] = '/';
+                        memcpy(out + n, s, len);
+                        n += len;
+                }
+                s += len;
+        }
+        if (n == 0)
+                out[n++] = '/';
+        out[n] = '\0';
+        *ret = out;
+        return 0;
+}
+
+bool path_is_below(const char *path, const char *dir) {
+        size_t n = strlen(dir);
+
+        if (streq(dir, "/"))
+                return path[0] == '/';
+        return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
 
 int write_file_atomic(const char *path, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid) {

@@ -25,6 +25,21 @@ char *format_timestamp(char *buf, size_t size, usec_t realtime);
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret);
 
 int random_bytes(void *p, size_t n);
+/* 32-bit FNV-1a of a string: cheap, and stable across builds and machines (ports are derived from it). */
+uint32_t string_hash(const char *s);
+
+/* A set of strings, each with a number (typically an index into the caller's array), for lookups in constant time
+ * where a loop over everything earlier would make loading n items cost n^2. The keys are borrowed: they must
+ * outlive the index. Zero-initialise it; free it with str_index_done. */
+typedef struct StrIndex {
+        const char **keys;
+        size_t *values;
+        size_t size, n;
+} StrIndex;
+/* Adds key with value: 0 when added; 1 when key was there already (*ret_value, may be NULL, gets its value and
+ * nothing changes); -ENOMEM. */
+int str_index_put(StrIndex *m, const char *key, size_t value, size_t *ret_value);
+void str_index_done(StrIndex *m);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void hex_encode(const void *p, size_t n, char *out);
 /* Decodes exactly n bytes from 2n hex digits; -EINVAL otherwise. */
@@ -37,6 +52,9 @@ int read_boot_id(char out[37]);
 /* Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat),
  * which with the pid identifies a process across pid reuse. -ESRCH if gone. */
 int proc_pid_starttime(pid_t pid, uint64_t *ret);
+
+/* Writes all len bytes, retrying after EINTR and short writes. Async-signal-safe (a forked child may use it). */
+int write_all(int fd, const void *data, size_t len);
 
 /* Creates path and its missing parents with mode (existing ones are left alone). */
 int mkdir_p(const char *path, mode_t mode);
@@ -64,5 +82,10 @@ json_t *json_string_lossy(const char *s);
 
 /* Splits "dir/name" into a newly allocated dir (or ".") and a pointer to the name. */
 int path_split(const char *path, char **ret_dir, const char **ret_name);
+/* The absolute path with empty components, "." and ".." resolved by their text alone, without looking at the
+ * filesystem ("/a//b/./c/../d" is "/a/b/d"; "/.." is "/"). Newly allocated; -EINVAL for a relative path. */
+int path_normalize(const char *path, char **ret);
+/* True when the normalized path is dir itself or below it (dir normalized too; "/" holds everything). */
+bool path_is_below(const char *path, const char *dir);
 
 bool context_name_valid(const char *name);
