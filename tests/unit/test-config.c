@@ -798,8 +798,23 @@ static const char *long_dir(size_t n) {
         return d;
 }
 
-static void test_transport(void) {
+/* A runtime_dir that makes the socket paths of context a 108 bytes, with sections after [supervisor]: refused as
+ * where. */
+static void check_ipc_too_long(const char *sections, const char *where, const char *name) {
         _cleanup_free_ char *content = NULL, *want = NULL;
+
+        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n%s", long_dir(98), sections) <
+                    0 ||
+            asprintf(&want,
+                     "%s: its sockets' paths (%s/ipc/a/k-5) would be 108 bytes, over the 107 of a Unix socket "
+                     "address; shorten runtime_dir or the context's name, or set transport = tcp",
+                     where, long_dir(98)) < 0)
+                abort();
+        check_error(content, want, name);
+}
+
+static void test_transport(void) {
+        _cleanup_free_ char *content = NULL;
         const ContextConfig *cc;
         Config *c;
 
@@ -811,7 +826,8 @@ static void test_transport(void) {
         ok(cc && cc->transport == TRANSPORT_TCP, "transport = tcp");
         config_free(c);
         new_ctx_dir(false);
-        c = load_ok("[defaults]\ntransport = tcp\n[context:a]\n[context:b]\ntransport = ipc\n", "transport in [defaults]");
+        c = load_ok("[defaults]\ntransport = tcp\n[context:a]\n[context:b]\ntransport = ipc\n",
+                    "transport in [defaults]");
         cc = c ? config_find_context(c, "a") : NULL;
         ok(cc && cc->transport == TRANSPORT_TCP, "[defaults] transport = tcp applies");
         cc = c ? config_find_context(c, "b") : NULL;
@@ -820,31 +836,18 @@ static void test_transport(void) {
 
         /* "<runtime_dir>/ipc/a/k-5" is strlen(runtime_dir) + 10 bytes; a Unix socket path has at most 107. */
         new_ctx_dir(false);
-        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\n", long_dir(97)) < 0)
+        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\n", long_dir(97)) <
+            0)
                 abort();
         c = load_ok(content, "socket paths of exactly 107 bytes");
         config_free(c);
         free(content);
-        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\n", long_dir(98)) < 0 ||
-            asprintf(&want,
-                     "@/main.ini:4: [context:a]: transport is ipc (the default): its sockets' paths (%s/ipc/a/k-5) "
-                     "would be 108 bytes, over the 107 of a Unix socket address; shorten runtime_dir or the "
-                     "context's name, or set transport = tcp",
-                     long_dir(98)) < 0)
-                abort();
-        check_error(content, want, "ipc socket paths of 108 bytes, transport by default");
-        free(content);
-        free(want);
-        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[defaults]\ntransport = ipc\n[context:a]\n", long_dir(98)) < 0 ||
-            asprintf(&want,
-                     "@/main.ini:5: [defaults] transport = ipc: its sockets' paths (%s/ipc/a/k-5) "
-                     "would be 108 bytes, over the 107 of a Unix socket address; shorten runtime_dir or the "
-                     "context's name, or set transport = tcp",
-                     long_dir(98)) < 0)
-                abort();
-        check_error(content, want, "ipc socket paths of 108 bytes, transport in [defaults]");
-        free(content);
-        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\ntransport = tcp\n", long_dir(180)) < 0)
+        check_ipc_too_long("[context:a]\n", "@/main.ini:4: [context:a]: transport is ipc (the default)",
+                           "ipc socket paths of 108 bytes, transport by default");
+        check_ipc_too_long("[defaults]\ntransport = ipc\n[context:a]\n", "@/main.ini:5: [defaults] transport = ipc",
+                           "ipc socket paths of 108 bytes, transport in [defaults]");
+        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\ntransport = tcp\n",
+                     long_dir(180)) < 0)
                 abort();
         new_ctx_dir(false);
         c = load_ok(content, "the same runtime_dir with transport = tcp");

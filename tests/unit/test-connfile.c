@@ -491,7 +491,6 @@ static void test_ports_allocate(void) {
         ok(memcmp(c, sentinel, sizeof c) == 0, "ret untouched on errors");
 }
 
-
 /* ---- Unix sockets (transport ipc) ---- */
 
 static void test_ipc_address(void) {
@@ -592,21 +591,17 @@ static void test_ipc_format_parse(void) {
         ok(ci_equal(&ci, &back) && back.transport == TRANSPORT_IPC, "ipc: format/parse round trip");
 
         /* The longest prefix parse takes leaves room for "-65535" within 107 bytes. */
-        memset(ip, 'p', sizeof ip);
-        ip[0] = '/';
-        ip[101] = '\0';
-        snprintf(text, sizeof text,
-                 "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5,"
-                 "\"ip\":\"%s\",\"key\":\"k\",\"transport\":\"ipc\"}",
-                 ip);
-        is_int(connection_info_parse(text, &back), 0, "ipc: a prefix of 101 bytes parses");
-        ip[101] = 'p';
-        ip[102] = '\0';
-        snprintf(text, sizeof text,
-                 "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5,"
-                 "\"ip\":\"%s\",\"key\":\"k\",\"transport\":\"ipc\"}",
-                 ip);
-        is_int(connection_info_parse(text, &back), -EBADMSG, "ipc: a prefix of 102 bytes is refused");
+        for (size_t n = 101; n <= 102; n++) {
+                memset(ip, 'p', sizeof ip);
+                ip[0] = '/';
+                ip[n] = '\0';
+                snprintf(text, sizeof text,
+                         "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5,"
+                         "\"ip\":\"%s\",\"key\":\"k\",\"transport\":\"ipc\"}",
+                         ip);
+                is_int(connection_info_parse(text, &back), n == 101 ? 0 : -EBADMSG, "ipc: a prefix of %zu bytes %s", n,
+                       n == 101 ? "parses" : "is refused");
+        }
         is_int(connection_info_parse("{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
                                      "\"hb_port\":5,\"ip\":\"kernel-ipc\",\"key\":\"k\",\"transport\":\"ipc\"}",
                                      &back),
