@@ -1199,8 +1199,8 @@ json_t *context_to_json(const Context *c) {
         Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
         const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
 
-        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
-                         c->name,
+        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}",
+                         "name", c->name,
                          "state",
                          context_state_to_string(c->state), "pid", running ? json_integer(c->pid) : json_null(),
                          "kernel_id", c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(),
