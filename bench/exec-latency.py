@@ -13,8 +13,10 @@ trivial cell `x` each way:
   (c) floor       one long-lived BlockingKernelClient in this process, over its
                   kept connection: the kernel's own round trip
 
-Usage: /usr/bin/python3 bench/exec-latency.py [BUILDDIR] [-n N]
+Usage: /usr/bin/python3 bench/exec-latency.py [BUILDDIR] [-n N] [--transport ipc|tcp]
 BUILDDIR holds kernelsupd and kernelctl (default: $KS_BUILDDIR, else .).
+--transport is the context's (default ipc, as in the daemon): run it once each
+way to see the two side by side.
 Not a test: it asserts nothing, it prints a table.
 """
 
@@ -99,6 +101,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("builddir", nargs="?", default=os.environ.get("KS_BUILDDIR", "."))
     ap.add_argument("-n", type=int, default=50, help="timed runs per method (default 50)")
+    ap.add_argument("--transport", choices=("ipc", "tcp"), default="ipc", help="the context's transport (default ipc)")
     args = ap.parse_args()
 
     try:
@@ -119,7 +122,7 @@ def main():
     with open(os.path.join(tmp, "conf", "kernelsup.ini"), "w") as f:
         f.write(f"[supervisor]\nsocket = {sock}\nruntime_dir = {tmp}/run\nstate_dir = {tmp}/state\n"
                 f"contexts_dir = {tmp}/conf/contexts.d\nport_range = {port_min}-{port_min + 199}\n"
-                "\n[context:bench]\n")
+                f"\n[context:bench]\ntransport = {args.transport}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",
                                                             "WATCHDOG_USEC", "WATCHDOG_PID", "JPY_PARENT_PID")}
     log = open(os.path.join(tmp, "daemon.log"), "wb")
@@ -156,7 +159,8 @@ def main():
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"per-cell latency of the cell 'x', {args.n} runs each (ms), on {os.cpu_count()} CPUs")
+    print(f"per-cell latency of the cell 'x', {args.n} runs each (ms), on {os.cpu_count()} CPUs, "
+          f"transport {args.transport}")
     print(f"{'method':<34}{'median':>9}{'p90':>9}{'mean':>9}")
     rows = (("(a) kernelctl exec (whole process)", a), ("(b) python kexec.py per cell", b),
             ("(c) kept jupyter_client (floor)", c))

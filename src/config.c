@@ -59,6 +59,7 @@ typedef enum ValueType {
         VALUE_U64,
         VALUE_RESTART,
         VALUE_PORTS,
+        VALUE_TRANSPORT,
 } ValueType;
 
 /* Parses value into *data, which it writes only on success. On -EINVAL, *ret_reason says why in a few words. */
@@ -504,6 +505,17 @@ static int parse_tasks(const char *value, void *data, const char **ret_reason) {
         return 0;
 }
 
+static int parse_transport(const char *value, void *data, const char **ret_reason) {
+        int t = transport_from_string(value);
+
+        if (t < 0) {
+                *ret_reason = "expected ipc or tcp";
+                return -EINVAL;
+        }
+        *(Transport *) data = t;
+        return 0;
+}
+
 static int parse_count(const char *value, void *data, const char **ret_reason) {
         unsigned long long v;
 
@@ -544,6 +556,7 @@ enum {
         KEY_MEMORY_MAX,
         KEY_CPU_QUOTA,
         KEY_TASKS_MAX,
+        KEY_TRANSPORT,
         _KEY_MAX,
 };
 
@@ -586,6 +599,7 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_MEMORY_MAX] = CONTEXT_KEY("memory_max", parse_memory, memory_max, VALUE_U64),
         [KEY_CPU_QUOTA] = CONTEXT_KEY("cpu_quota", parse_cpu_quota, cpu_quota, VALUE_UNSIGNED),
         [KEY_TASKS_MAX] = CONTEXT_KEY("tasks_max", parse_tasks, tasks_max, VALUE_UNSIGNED),
+        [KEY_TRANSPORT] = CONTEXT_KEY("transport", parse_transport, transport, VALUE_TRANSPORT),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -611,6 +625,8 @@ static size_t value_size(ValueType t) {
                 return sizeof(uint64_t);
         case VALUE_RESTART:
                 return sizeof(RestartPolicy);
+        case VALUE_TRANSPORT:
+                return sizeof(Transport);
         default:
                 return 0;
         }
@@ -632,6 +648,7 @@ static void context_config_init(ContextConfig *cc) {
                 .heartbeat_misses = 3,
                 .unresponsive_restart = 0,
                 .output_limit = 10 * 1024 * 1024,
+                .transport = TRANSPORT_IPC,
         };
 }
 
@@ -1102,6 +1119,35 @@ static int parser_check_backoff(Parser *p, const Section *s, const ContextConfig
                            config_keys[other].key, other_raw);
 }
 
+/* With ipc the kernel's sockets are paths below runtime_dir, and a Unix socket path has at most 107 bytes: said
+ * now, where transport was set (or at the context's header for the default), rather than at every launch. */
+static int parser_check_ipc_path(Parser *p, const Section *s, const ContextConfig *cc) {
+        _cleanup_free_ char *path = NULL, *reason = NULL;
+        const Section *from;
+        char label[96];
+        size_t n;
+
+        if (cc->transport != TRANSPORT_IPC)
+                return 0;
+        path = ipc_socket_path(p->config->runtime_dir, cc->name, CHANNEL_HB);
+        if (!path)
+                return parser_oom(p);
+        n = strlen(path);
+        if (n <= UNIX_PATH_MAX_LEN)
+                return 0;
+        if (asprintf(&reason,
+                     "its sockets' paths (%s) would be %zu bytes, over the %d of a Unix socket address; shorten "
+                     "runtime_dir or the context's name, or set transport = tcp",
+                     path, n, UNIX_PATH_MAX_LEN) < 0)
+                return parser_oom(p);
+        from = parser_setter(p, s, KEY_TRANSPORT);
+        if (from)
+                return parser_fail_key(p, from->cc.source.file, from->keys[KEY_TRANSPORT].line, from, "transport",
+                                       from->keys[KEY_TRANSPORT].raw, reason);
+        return parser_fail(p, -EINVAL, "%s:%u: [%s]: transport is ipc (the default): %s", s->cc.source.file,
+                           s->cc.source.line, section_label(s, label, sizeof label), reason);
+}
+
 static size_t placeholders_expand_into(char *out, const char *s, const char *kernel_file, const char *name) {
         size_t n = 0;
 
@@ -1429,6 +1475,9 @@ static int parser_resolve(Parser *p) {
                 r = parser_check_backoff(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return r;
+                r = parser_check_ipc_path(p, p->contexts[i], &c->contexts[i]);
+                if (r < 0)
+                        return r;
         }
         r = parser_check_connection_files(p, c->contexts);
         if (r < 0)
@@ -1602,6 +1651,9 @@ const char *context_config_process_change(const ContextConfig *a, const ContextC
                 return "env";
         if (!streq_ptr(a->connection_file, b->connection_file))
                 return "connection_file";
+        /* The kernel binds its sockets once, at start. */
+        if (a->transport != b->transport)
+                return "transport";
         /* Limits are set when the kernel is placed in its cgroup, before it runs. */
         if (a->memory_max != b->memory_max)
                 return "memory_max";

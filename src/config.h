@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "connfile.h"
 #include "macro.h"
 
 typedef enum RestartPolicy {
@@ -52,6 +53,7 @@ typedef struct ContextConfig {
         uint64_t memory_max;         /* bytes */
         unsigned cpu_quota;          /* percent of one CPU */
         unsigned tasks_max;
+        Transport transport;         /* default ipc: only the context's user and root reach the kernel */
 } ContextConfig;
 
 typedef struct Config {
@@ -100,9 +102,10 @@ const ContextConfig *config_find_context(const Config *c, const char *name);
 int context_config_expand_argv(const ContextConfig *cc, const char *kernel_file, char ***ret);
 
 /* True when the settings that shape the running process differ (argv, user,
- * group, cwd, env, connection_file): a reload must restart the kernel. */
+ * group, cwd, env, connection_file, transport, limits): a reload must restart the kernel. */
 bool context_config_process_differs(const ContextConfig *a, const ContextConfig *b);
-/* The first of those settings that differs ("argv", "user", "group", "cwd", "env", "connection_file"), or NULL. */
+/* The first of those settings that differs ("argv", "user", "group", "cwd", "env", "connection_file", "transport",
+ * "memory_max", ...), or NULL. */
 const char *context_config_process_change(const ContextConfig *a, const ContextConfig *b);
 /* The first other setting that differs (restart, timeouts, heartbeat, output_limit, autostart ...), or NULL:
  * those apply to a running kernel without a restart. */

@@ -1,10 +1,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "connfile.h"
@@ -26,6 +28,24 @@ static const char *const port_key_table[_CHANNEL_MAX] = {
         [CHANNEL_SHELL] = "shell_port",     [CHANNEL_IOPUB] = "iopub_port", [CHANNEL_STDIN] = "stdin_port",
         [CHANNEL_CONTROL] = "control_port", [CHANNEL_HB] = "hb_port",
 };
+
+static const char *const transport_table[_TRANSPORT_MAX] = {
+        [TRANSPORT_TCP] = "tcp",
+        [TRANSPORT_IPC] = "ipc",
+};
+
+const char *transport_to_string(Transport t) {
+        if ((unsigned) t >= _TRANSPORT_MAX)
+                return NULL;
+        return transport_table[t];
+}
+
+int transport_from_string(const char *s) {
+        for (int i = 0; s && i < _TRANSPORT_MAX; i++)
+                if (streq(transport_table[i], s))
+                        return i;
+        return -EINVAL;
+}
 
 const char *channel_to_string(Channel c) {
         if ((unsigned) c >= _CHANNEL_MAX)
@@ -58,7 +78,7 @@ char *connection_info_format(const ConnectionInfo *ci) {
                         return NULL;
         if (json_object_set_new(j, "ip", json_string(ci->ip)) < 0 ||
             json_object_set_new(j, "key", json_string(ci->key)) < 0 ||
-            json_object_set_new(j, "transport", json_string("tcp")) < 0 ||
+            json_object_set_new(j, "transport", json_string(transport_to_string(ci->transport))) < 0 ||
             json_object_set_new(j, "signature_scheme", json_string("hmac-sha256")) < 0 ||
             json_object_set_new(j, "kernel_name", json_string("python3")) < 0)
                 return NULL;
@@ -103,6 +123,25 @@ static int json_optional_string_is(const json_t *j, const char *field, const cha
         return 0;
 }
 
+/* "transport": absent is Jupyter's default, tcp. */
+static int json_get_transport(const json_t *j, Transport *ret) {
+        const json_t *v = json_object_get(j, "transport");
+        int t;
+
+        if (!v) {
+                *ret = TRANSPORT_TCP;
+                return 0;
+        }
+        t = json_is_string(v) ? transport_from_string(json_string_value(v)) : -EINVAL;
+        if (t < 0)
+                return -EBADMSG;
+        *ret = t;
+        return 0;
+}
+
+/* The longest socket path an ipc prefix makes: "<prefix>-65535". */
+#define IPC_SUFFIX_MAX (sizeof("-65535") - 1)
+
 int connection_info_parse(const char *text, ConnectionInfo *ret) {
         json_auto_t *j = NULL;
         ConnectionInfo ci = {};
@@ -125,19 +164,25 @@ int connection_info_parse(const char *text, ConnectionInfo *ret) {
                 ci.ports[c] = (uint16_t) p;
         }
 
-        r = json_string_copy(json_object_get(j, "ip"), ci.ip, CONN_IP_MAX, false);
+        r = json_get_transport(j, &ci.transport);
         if (r < 0)
                 return r;
+        /* For ipc, ip is the sockets' path prefix: absolute, so that it does not depend on a client's cwd. */
+        if (ci.transport == TRANSPORT_IPC)
+                r = json_string_copy(json_object_get(j, "ip"), ci.ip, UNIX_PATH_MAX_LEN - IPC_SUFFIX_MAX, false);
+        else
+                r = json_string_copy(json_object_get(j, "ip"), ci.ip, CONN_IP_MAX, false);
+        if (r < 0)
+                return r;
+        if (ci.transport == TRANSPORT_IPC && ci.ip[0] != '/')
+                return -EBADMSG;
         /* An empty key is legal for Jupyter (messages go unsigned), so accept what ipykernel wrote. */
         r = json_string_copy(json_object_get(j, "key"), ci.key, CONN_KEY_MAX, true);
         if (r < 0)
                 return r;
 
-        /* Only TCP with HMAC-SHA256 is spoken here: another transport or scheme makes the ports or the
-         * key meaningless, so refuse rather than connect wrongly. Absent fields take Jupyter's defaults. */
-        r = json_optional_string_is(j, "transport", "tcp");
-        if (r < 0)
-                return r;
+        /* Only HMAC-SHA256 is spoken here: another scheme makes the key meaningless, so refuse rather than
+         * sign wrongly. An absent field takes Jupyter's default. */
         r = json_optional_string_is(j, "signature_scheme", "hmac-sha256");
         if (r < 0)
                 return r;
@@ -267,4 +312,177 @@ int ports_allocate(const char *name, const char *ip, uint16_t min, uint16_t max,
 
         memcpy(ret, chosen, sizeof chosen);
         return 0;
+}
+
+/* ---- Unix sockets ---- */
+
+/* Below runtime_dir: one directory for all contexts, root's, then one per context, its user's. */
+#define IPC_DIR "ipc"
+/* The name part of a socket path before "-PORT": short, since the whole path must fit sun_path. */
+#define IPC_SOCKET_STEM "k"
+
+/* jupyter_client numbers ipc sockets from 1 itself; the port is only the path's suffix. */
+static uint16_t ipc_port(Channel ch) {
+        return (uint16_t) (ch + 1);
+}
+
+char *ipc_socket_path(const char *runtime_dir, const char *name, Channel ch) {
+        char *s;
+
+        if (asprintf(&s, "%s/" IPC_DIR "/%s/" IPC_SOCKET_STEM "-%u", runtime_dir, name, (unsigned) ipc_port(ch)) < 0)
+                return NULL;
+        return s;
+}
+
+int connection_info_set_address(ConnectionInfo *ci, const char *runtime_dir, const char *name) {
+        char prefix[sizeof ci->ip];
+        int k;
+
+        if (ci->transport == TRANSPORT_TCP) {
+                snprintf(ci->ip, sizeof ci->ip, "127.0.0.1");
+                return 0;
+        }
+        k = snprintf(prefix, sizeof prefix, "%s/" IPC_DIR "/%s/" IPC_SOCKET_STEM, runtime_dir, name);
+        /* The longest socket path is the prefix and "-5". */
+        if (k < 0 || (size_t) k + 2 > UNIX_PATH_MAX_LEN)
+                return -ENAMETOOLONG;
+        memcpy(ci->ip, prefix, (size_t) k + 1);
+        for (Channel ch = 0; ch < _CHANNEL_MAX; ch++)
+                ci->ports[ch] = ipc_port(ch);
+        return 0;
+}
+
+int connection_endpoint(const ConnectionInfo *ci, Channel ch, char *buf, size_t size) {
+        uint16_t port = (unsigned) ch < _CHANNEL_MAX ? ci->ports[ch] : 0;
+        int k;
+
+        if (port == 0)
+                return -EINVAL;
+        if (ci->transport == TRANSPORT_IPC)
+                k = snprintf(buf, size, "ipc://%s-%u", ci->ip, (unsigned) port);
+        else
+                k = snprintf(buf, size, strchr(ci->ip, ':') ? "tcp://[%s]:%u" : "tcp://%s:%u", ci->ip,
+                             (unsigned) port);
+        return k < 0 || (size_t) k >= size ? -EINVAL : 0;
+}
+
+static void failed_name(char **ret_failed, const char *runtime_dir, const char *name, const char *entry) {
+        if (!ret_failed)
+                return;
+        if (asprintf(ret_failed, "%s/" IPC_DIR "%s%s%s%s", runtime_dir, name ? "/" : "", name ?: "", entry ? "/" : "",
+                     entry ?: "") < 0)
+                *ret_failed = NULL;
+}
+
+/* Creates dirfd/name (mkdirat follows no link at name) unless it exists, and opens it, never through a symlink. */
+static int dir_make_open_at(int dirfd, const char *name, mode_t mode) {
+        int fd;
+
+        if (mkdirat(dirfd, name, mode) < 0 && errno != EEXIST)
+                return -errno;
+        fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
+/* Sets owner and mode through the open directory, whatever they were: a directory left by an earlier
+ * user of the context, or loosened by hand, is put right before a kernel binds in it. uid (uid_t)-1: ours. */
+static int dir_enforce(int fd, uid_t uid, gid_t gid, mode_t mode) {
+        struct stat st;
+
+        if (uid == (uid_t) -1) {
+                uid = geteuid();
+                gid = getegid();
+        }
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if ((st.st_uid != uid || st.st_gid != gid) && fchown(fd, uid, gid) < 0)
+                return -errno;
+        if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
+                return -errno;
+        return 0;
+}
+
+static int ipc_sockets_remove_at(int fd, const char **ret_entry) {
+        static const char *const entries[_CHANNEL_MAX] = {
+                IPC_SOCKET_STEM "-1", IPC_SOCKET_STEM "-2", IPC_SOCKET_STEM "-3",
+                IPC_SOCKET_STEM "-4", IPC_SOCKET_STEM "-5",
+        };
+
+        for (Channel ch = 0; ch < _CHANNEL_MAX; ch++)
+                /* unlinkat removes a symlink itself, and refuses a directory (EISDIR). */
+                if (unlinkat(fd, entries[ch], 0) < 0 && errno != ENOENT) {
+                        *ret_entry = entries[ch];
+                        return -errno;
+                }
+        return 0;
+}
+
+static int ipc_dir_open(const char *runtime_dir, bool create, int *ret_parent) {
+        _cleanup_close_ int rfd = -1;
+        int fd;
+
+        rfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return -errno;
+        if (create)
+                fd = dir_make_open_at(rfd, IPC_DIR, 0755);
+        else {
+                fd = openat(rfd, IPC_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                fd = fd < 0 ? -errno : fd;
+        }
+        *ret_parent = fd;
+        return fd < 0 ? fd : 0;
+}
+
+int ipc_dir_prepare(const char *runtime_dir, const char *name, uid_t uid, gid_t gid, char **ret_failed) {
+        _cleanup_close_ int pfd = -1, fd = -1;
+        const char *entry = NULL;
+        int r;
+
+        if (!context_name_valid(name))
+                return -EINVAL;
+        r = ipc_dir_open(runtime_dir, true, &pfd);
+        /* Only we may rename or replace a context's directory. */
+        if (r >= 0)
+                r = dir_enforce(pfd, (uid_t) -1, (gid_t) -1, 0755);
+        if (r < 0) {
+                failed_name(ret_failed, runtime_dir, NULL, NULL);
+                return r;
+        }
+        fd = dir_make_open_at(pfd, name, 0700);
+        r = fd < 0 ? fd : dir_enforce(fd, uid, gid, 0700);
+        if (r < 0) {
+                failed_name(ret_failed, runtime_dir, name, NULL);
+                return r;
+        }
+        r = ipc_sockets_remove_at(fd, &entry);
+        if (r < 0)
+                failed_name(ret_failed, runtime_dir, name, entry);
+        return r;
+}
+
+int ipc_sockets_remove(const char *runtime_dir, const char *name, char **ret_failed) {
+        _cleanup_close_ int pfd = -1, fd = -1;
+        const char *entry = NULL;
+        int r;
+
+        if (!context_name_valid(name))
+                return -EINVAL;
+        r = ipc_dir_open(runtime_dir, false, &pfd);
+        if (r == -ENOENT)
+                return 0;
+        if (r >= 0) {
+                fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 && errno == ENOENT)
+                        return 0;
+                r = fd < 0 ? -errno : 0;
+        }
+        if (r < 0) {
+                failed_name(ret_failed, runtime_dir, pfd >= 0 ? name : NULL, NULL);
+                return r;
+        }
+        r = ipc_sockets_remove_at(fd, &entry);
+        if (r < 0)
+                failed_name(ret_failed, runtime_dir, name, entry);
+        return r;
 }

@@ -31,6 +31,9 @@
  * request makes the kernel publish its busy/idle status). */
 #define KERNEL_INFO_RESEND_MSEC 250
 
+/* status's transport_note for a kernel on tcp. */
+#define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
+
 struct Context {
         Supervisor *sup;
         ContextConfig *cfg;     /* owned: a copy, so a reload can replace the Config */
@@ -327,7 +330,8 @@ int context_set_config(Context *c, const ContextConfig *cc) {
 }
 
 bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]) {
-        if (!c->st.has_conn)
+        /* An ipc kernel's "ports" only number its socket paths. */
+        if (!c->st.has_conn || c->st.conn.transport != TRANSPORT_TCP)
                 return false;
         memcpy(ret, c->st.conn.ports, sizeof c->st.conn.ports);
         return true;
@@ -483,6 +487,19 @@ static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
 
 static void context_schedule_restart(Context *c);
 
+/* A dead kernel's socket files stay behind (ipykernel does not remove them when it is given its file):
+ * nothing listens on them any more, so they go, also when no kernel follows. */
+static void context_remove_sockets(Context *c) {
+        _cleanup_free_ char *failed = NULL;
+        int r;
+
+        if (c->st.conn.transport != TRANSPORT_IPC)
+                return;
+        r = ipc_sockets_remove(c->sup->config->runtime_dir, c->name, &failed);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's sockets");
+}
+
 /* The kernel (our child, or an adopted process) has exited: pidfd readable.
  * Ends what is left of its process group before reaping the leader, so its
  * pid (the group id) cannot be reused in between. */
@@ -514,6 +531,7 @@ static void context_handle_exit(Context *c) {
                 c->st.last_exit.oom = true;
         limits_release(&c->limits);
         describe_exit(&c->st.last_exit, what, sizeof what);
+        context_remove_sockets(c);
 
         uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
         c->pid_poll = NULL;
@@ -635,10 +653,11 @@ static void deadline_cb(uv_timer_t *t) {
         (void) kill(-c->pid, SIGKILL);
 }
 
-/* Makes sure the ports are free to bind; a port another process holds is
+/* Makes sure the TCP ports are free to bind; a port another process holds is
  * replaced by a free one (and said so), since a clash on iopub would hang the
- * kernel until the start deadline. */
-static int context_prepare_ports(Context *c, char **ret_note) {
+ * kernel until the start deadline. Without ports to keep (none yet, or the
+ * last kernel was on ipc), allocates five. */
+static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
         const Config *cfg = c->sup->config;
         _cleanup_free_ uint16_t *taken = NULL;
         size_t n_taken = 0;
@@ -650,17 +669,9 @@ static int context_prepare_ports(Context *c, char **ret_note) {
         r = supervisor_taken_ports(c->sup, c, &taken, &n_taken);
         if (r < 0)
                 return r;
-        if (!c->st.has_conn) {
-                r = connection_key_new(c->st.conn.key);
-                if (r < 0)
-                        return r;
-                r = ports_allocate(c->name, c->st.conn.ip, cfg->port_min, cfg->port_max, taken, n_taken,
-                                   c->st.conn.ports);
-                if (r < 0)
-                        return r;
-                c->st.has_conn = true;
-                return 0;
-        }
+        if (!keep)
+                return ports_allocate(c->name, c->st.conn.ip, cfg->port_min, cfg->port_max, taken, n_taken,
+                                      c->st.conn.ports);
         for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
                 uint16_t port = c->st.conn.ports[ch];
                 bool in_range = port >= cfg->port_min && port <= cfg->port_max;
@@ -687,6 +698,27 @@ static int context_prepare_ports(Context *c, char **ret_note) {
         }
         if (used > 0)
                 *ret_note = strdup(note);
+        return 0;
+}
+
+/* The next kernel's connection: the persisted key (a new one the first time), and the transport the
+ * configuration asks for now, on its stable ports or socket paths. */
+static int context_prepare_conn(Context *c, char **ret_note) {
+        bool had_tcp = c->st.has_conn && c->st.conn.transport == TRANSPORT_TCP;
+        int r;
+
+        if (!c->st.has_conn) {
+                r = connection_key_new(c->st.conn.key);
+                if (r < 0)
+                        return r;
+        }
+        c->st.conn.transport = c->cfg->transport;
+        r = connection_info_set_address(&c->st.conn, c->sup->config->runtime_dir, c->name);
+        if (r >= 0 && c->cfg->transport == TRANSPORT_TCP)
+                r = context_prepare_ports(c, had_tcp, ret_note);
+        if (r < 0)
+                return r;
+        c->st.has_conn = true;
         return 0;
 }
 
@@ -753,12 +785,27 @@ static void context_launch(Context *c) {
                         return context_launch_failed(c, err ?: "cannot resolve the user");
                 c->user_resolved = true;
         }
-        r = context_prepare_ports(c, &note);
+        r = context_prepare_conn(c, &note);
         if (r < 0) {
                 char msg[256];
-                snprintf(msg, sizeof msg, "no free ports in port_range %u-%u: %s", c->sup->config->port_min,
-                         c->sup->config->port_max, strerror(-r));
+                if (c->cfg->transport == TRANSPORT_IPC)
+                        snprintf(msg, sizeof msg, "cannot set up the kernel's socket paths below %s: %s",
+                                 c->sup->config->runtime_dir, strerror(-r));
+                else
+                        snprintf(msg, sizeof msg, "no free ports in port_range %u-%u: %s", c->sup->config->port_min,
+                                 c->sup->config->port_max, strerror(-r));
                 return context_launch_failed(c, msg);
+        }
+        if (c->st.conn.transport == TRANSPORT_IPC) {
+                _cleanup_free_ char *failed = NULL;
+                r = ipc_dir_prepare(c->sup->config->runtime_dir, c->name, c->user.change ? c->user.uid : (uid_t) -1,
+                                    c->user.change ? c->user.gid : (gid_t) -1, &failed);
+                if (r < 0) {
+                        char msg[PATH_MAX + 128];
+                        snprintf(msg, sizeof msg, "cannot prepare %s for the kernel's sockets: %s",
+                                 failed ?: c->sup->config->runtime_dir, strerror(-r));
+                        return context_launch_failed(c, msg);
+                }
         }
         if (note)
                 log_warning("%s: %s", c->name, note);
@@ -967,7 +1014,8 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                 free(c);
                 return r;
         }
-        snprintf(c->st.conn.ip, sizeof c->st.conn.ip, "127.0.0.1");
+        /* Where the recorded kernel listens, for adoption; a launch sets it again for the configured transport. */
+        (void) connection_info_set_address(&c->st.conn, s->config->runtime_dir, c->name);
 
         r = exec_queue_new(s->loop, &exec_hooks, c, &c->exec);
         if (r < 0) {
@@ -1024,6 +1072,17 @@ int context_adopt(Context *c, char **ret_reason) {
                 end_process(pid, fd);
                 if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
                              !c->st.has_conn ? "its ports and key are not in the state" : "it no longer leads its process group") < 0)
+                        *ret_reason = NULL;
+                return -EPERM;
+        }
+        /* Like a reload, a transport changed while no daemon ran restarts the kernel: kept, a kernel on tcp
+         * would stay open to every local user although the configuration now says ipc. */
+        if (c->st.conn.transport != c->cfg->transport) {
+                end_process(pid, fd);
+                if (asprintf(ret_reason,
+                             "ended kernel %s (pid %d): it listens on %s, the configuration says transport = %s",
+                             c->st.kernel_id, (int) pid, transport_to_string(c->st.conn.transport),
+                             transport_to_string(c->cfg->transport)) < 0)
                         *ret_reason = NULL;
                 return -EPERM;
         }
@@ -1138,9 +1197,12 @@ json_t *context_to_json(const Context *c) {
         }
         long long count = exec_queue_execution_count(c->exec);
         usec_t activity = exec_queue_last_activity(c->exec);
+        /* A running kernel's own, which differs from the setting only while a reload restarts it. */
+        Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
+        const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
 
-        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o}", "name",
-                         c->name,
+        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}",
+                         "name", c->name,
                          "state",
                          context_state_to_string(c->state), "pid", running ? json_integer(c->pid) : json_null(),
                          "kernel_id", c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(),
@@ -1151,5 +1213,7 @@ json_t *context_to_json(const Context *c) {
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
                          c->st.last_error ? json_string(c->st.last_error) : json_null(), "execution_count",
                          count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
-                         "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits));
+                         "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits),
+                         "transport", transport_to_string(transport), "transport_note",
+                         note ? json_string(note) : json_null());
 }

@@ -453,12 +453,6 @@ static void on_poll(uv_poll_t *h, int status, int events) {
                 conn_schedule_drain(c);
 }
 
-static int conn_endpoint(const char *ip, uint16_t port, bool ipv6, char *buf, size_t size) {
-        int k = snprintf(buf, size, ipv6 ? "tcp://[%s]:%u" : "tcp://%s:%u", ip, (unsigned) port);
-
-        return k < 0 || (size_t) k >= size ? -EINVAL : 0;
-}
-
 int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, const KernelConnCallbacks *cb,
                     void *userdata, KernelConn **ret) {
         KernelConn *c = NULL;
@@ -470,7 +464,13 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, co
                 return -EINVAL;
         if (memchr(ci->ip, '\0', sizeof ci->ip) == NULL || memchr(ci->key, '\0', sizeof ci->key) == NULL)
                 return -EINVAL;
-        if (inet_pton(AF_INET, ci->ip, addr) != 1) {
+        if (ci->transport == TRANSPORT_IPC) {
+                /* A relative prefix would depend on our cwd. */
+                if (ci->ip[0] != '/')
+                        return -EINVAL;
+        } else if (ci->transport != TRANSPORT_TCP)
+                return -EINVAL;
+        else if (inet_pton(AF_INET, ci->ip, addr) != 1) {
                 if (inet_pton(AF_INET6, ci->ip, addr) != 1)
                         return -EINVAL;
                 ipv6 = true;
@@ -497,7 +497,7 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, co
                  * request is usually sent before the kernel has bound its ports;
                  * it must wait in the pipe and go out when the connect succeeds. */
                 const int immediate = 0;
-                char endpoint[80];
+                char endpoint[sizeof "ipc://" + sizeof ci->ip + sizeof "-65535"];
                 int fd;
                 size_t size = sizeof fd;
 
@@ -513,7 +513,7 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, co
                         r = -zmq_errno();
                         goto fail;
                 }
-                r = conn_endpoint(ci->ip, ci->ports[sock_table[i].channel], ipv6, endpoint, sizeof endpoint);
+                r = connection_endpoint(ci, sock_table[i].channel, endpoint, sizeof endpoint);
                 if (r < 0)
                         goto fail;
                 if (zmq_connect(c->sock[i], endpoint) < 0 || zmq_getsockopt(c->sock[i], ZMQ_FD, &fd, &size) < 0) {

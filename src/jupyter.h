@@ -67,9 +67,11 @@ typedef struct KernelConnCallbacks {
 } KernelConnCallbacks;
 
 /* Connects (libzmq connects lazily and retries on its own) to the kernel at
- * ci. zmq_ctx is the daemon's one context. Callbacks run from the loop,
+ * ci, over its transport (tcp, or ipc: the Unix sockets "<ip>-<port>").
+ * zmq_ctx is the daemon's one context. Callbacks run from the loop,
  * never from inside a kernel_conn_* call. Messages that fail verification
- * are dropped (and counted). -EINVAL for a bad ip or a zero port. On a
+ * are dropped (and counted). -EINVAL for a bad ip (for ipc: a path that is
+ * not absolute) or a zero port. On a
  * failure after handles were set up, their memory is freed by the loop.
  * Requests sent before the kernel listens are queued and delivered when the
  * connection comes up; make a new KernelConn for each kernel launch, so a

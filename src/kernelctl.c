@@ -467,7 +467,7 @@ static char *format_uptime(const json_t *j) {
         return r < 0 ? NULL : out;
 }
 
-enum { COL_NAME, COL_STATE, COL_PID, COL_UPTIME, COL_RESTARTS, COL_INCARNATION, COL_INFO, N_COLUMNS };
+enum { COL_NAME, COL_STATE, COL_PID, COL_UPTIME, COL_RESTARTS, COL_INCARNATION, COL_TRANSPORT, COL_INFO, N_COLUMNS };
 
 static void row_free(char **row) {
         for (size_t i = 0; i < N_COLUMNS; i++)
@@ -484,6 +484,7 @@ static int status_row(const json_t *ctx, char **row) {
         row[COL_UPTIME] = format_uptime(json_object_get(ctx, "uptime"));
         row[COL_RESTARTS] = format_integer(json_object_get(ctx, "restarts"));
         row[COL_INCARNATION] = format_integer(json_object_get(ctx, "incarnation"));
+        row[COL_TRANSPORT] = sanitize(object_string(ctx, "transport") ?: "-", false);
         row[COL_INFO] = sanitize(!state_is_up(state) && error ? error : "", false);
         for (size_t i = 0; i < N_COLUMNS; i++)
                 if (!row[i])
@@ -514,9 +515,9 @@ static void print_row(char *const *row, const size_t *widths) {
 
 /* A table like supervisorctl's; exit 0 only when every listed context is up. */
 static int print_status_table(const json_t *contexts) {
-        static const char *const header[N_COLUMNS] = { "NAME",     "STATE",       "PID", "UPTIME",
-                                                       "RESTARTS", "INCARNATION", "INFO" };
-        size_t n = json_array_size(contexts), widths[N_COLUMNS];
+        static const char *const header[N_COLUMNS] = { "NAME",     "STATE",       "PID",       "UPTIME",
+                                                       "RESTARTS", "INCARNATION", "TRANSPORT", "INFO" };
+        size_t n = json_array_size(contexts), widths[N_COLUMNS], n_tcp = 0;
         _cleanup_free_ char **rows = NULL;
         int r = EXIT_OK;
 
@@ -535,10 +536,14 @@ static int print_status_table(const json_t *contexts) {
                 for (size_t c = 0; c < N_COLUMNS; c++)
                         if (strlen(row[c]) > widths[c])
                                 widths[c] = strlen(row[c]);
+                n_tcp += streq(row[COL_TRANSPORT], "tcp");
         }
         print_row((char *const *) header, widths);
         for (size_t i = 0; i < n; i++)
                 print_row(rows + i * N_COLUMNS, widths);
+        if (n_tcp > 0)
+                printf("\ntcp: any local user can connect to the kernel%s of %s on tcp and subscribe to %s output.\n",
+                       n_tcp > 1 ? "s" : "", n_tcp > 1 ? "the contexts" : "the context", n_tcp > 1 ? "their" : "its");
 finish:
         for (size_t i = 0; i < n; i++)
                 row_free(rows + i * N_COLUMNS);

@@ -15,6 +15,8 @@
  *   connection_file string
  *   last_exit       null or {"code": integer|null, "signal": "SIGKILL"|null, "oom": bool, "at": RFC 3339}
  *   last_error      string or null
+ *   transport       "ipc" or "tcp"
+ *   transport_note  null, or for tcp a sentence: any local user can reach the kernel
  * The supervisor object of "status": pid, version, generation, boot_id,
  * started_at, uptime. */
 #include <errno.h>

@@ -246,7 +246,8 @@ json_t *context_state_to_json(const ContextState *s) {
                 for (Channel c = 0; c < _CHANNEL_MAX; c++)
                         if (json_object_set_new(j, port_key_table[c], json_integer(s->conn.ports[c])) < 0)
                                 return NULL;
-                if (json_object_set_new(j, "key", json_string(s->conn.key)) < 0)
+                if (json_object_set_new(j, "key", json_string(s->conn.key)) < 0 ||
+                    json_object_set_new(j, "transport", json_string(transport_to_string(s->conn.transport))) < 0)
                         return NULL;
         }
         if (json_object_set_new(j, "version", json_integer(STATE_VERSION)) < 0 ||
@@ -314,7 +315,7 @@ static int exit_info_from_json(const json_t *j, ExitInfo *ret) {
 
 static int conn_from_json(const json_t *j, ConnectionInfo *ret, bool *ret_has) {
         ConnectionInfo ci = {};
-        const json_t *key;
+        const json_t *key, *v;
         size_t present = 0;
         int r;
 
@@ -344,6 +345,14 @@ static int conn_from_json(const json_t *j, ConnectionInfo *ret, bool *ret_has) {
                 return r;
         if (!key_valid(ci.key))
                 return -EBADMSG;
+        /* The transport the kernel was launched with; a state written before there was a choice is tcp. */
+        v = json_object_get(j, "transport");
+        if (v) {
+                int t = json_is_string(v) ? transport_from_string(json_string_value(v)) : -EINVAL;
+                if (t < 0)
+                        return -EBADMSG;
+                ci.transport = t;
+        }
 
         *ret = ci;
         *ret_has = true;

@@ -1,5 +1,5 @@
 /* A stub Jupyter kernel for tests and benchmarks that need many kernels: it
- * binds the five ports of a connection file, echoes the heartbeat, answers
+ * binds the five ports (or Unix sockets) of a connection file, echoes the heartbeat, answers
  * kernel_info_request and execute_request on shell (publishing busy/idle on
  * iopub, as a real kernel does), and exits on shutdown_request. A few MiB
  * each instead of ipykernel's ~50.
@@ -143,12 +143,11 @@ int main(int argc, char *argv[]) {
         ctx = zmq_ctx_new();
         zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
         for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
-                char ep[80];
+                char ep[sizeof ci.ip + 16];
                 int linger = 0;
                 socks[ch] = zmq_socket(ctx, types[ch]);
                 zmq_setsockopt(socks[ch], ZMQ_LINGER, &linger, sizeof linger);
-                snprintf(ep, sizeof ep, "tcp://%s:%u", ci.ip, ci.ports[ch]);
-                if (zmq_bind(socks[ch], ep) < 0) {
+                if (connection_endpoint(&ci, ch, ep, sizeof ep) < 0 || zmq_bind(socks[ch], ep) < 0) {
                         fprintf(stderr, "stubkernel: cannot bind %s (%s): %s\n", ep, channel_to_string(ch),
                                 zmq_strerror(errno));
                         return 1;

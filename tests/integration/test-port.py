@@ -1,6 +1,8 @@
 """A persisted port taken by another process while kernelsupd was down: the daemon
 moves that one channel to a free port, persists it, rewrites the connection file,
-logs it and says so in last_error; the other ports and the key stay."""
+logs it and says so in last_error; the other ports and the key stay. Ports are
+transport = tcp's (ipc's socket paths live in the context's own directory:
+test-transport.py)."""
 
 import json
 import os
@@ -28,7 +30,7 @@ def state_values(d, name):
 
 
 def test(tap):
-    d = harness.Daemon(tap)
+    d = harness.Daemon(tap, defaults="transport = tcp\n")
     d.start()
     c1 = d.wait_state("default", "ready")
     cf = c1["connection_file"]

@@ -337,6 +337,9 @@ static void test_value_errors(void) {
                 { "defaults", "cpu_quota = 50", "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
                 { "context:a", "cpu_quota = 0%", "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
                 { "context:a", "tasks_max = 0", "expected a number from 1 to 4194304, or none" },
+                { "context:a", "transport = udp", "expected ipc or tcp" },
+                { "defaults", "transport = IPC", "expected ipc or tcp" },
+                { "context:a", "transport =", "expected ipc or tcp" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -785,6 +788,72 @@ static void test_happy(void) {
         config_free(c);
 }
 
+/* A runtime_dir of n bytes: "/" and n - 1 'r's. */
+static const char *long_dir(size_t n) {
+        static char d[256];
+
+        memset(d, 'r', n);
+        d[0] = '/';
+        d[n] = '\0';
+        return d;
+}
+
+/* A runtime_dir that makes the socket paths of context a 108 bytes, with sections after [supervisor]: refused as
+ * where. */
+static void check_ipc_too_long(const char *sections, const char *where, const char *name) {
+        _cleanup_free_ char *content = NULL, *want = NULL;
+
+        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n%s", long_dir(98), sections) <
+                    0 ||
+            asprintf(&want,
+                     "%s: its sockets' paths (%s/ipc/a/k-5) would be 108 bytes, over the 107 of a Unix socket "
+                     "address; shorten runtime_dir or the context's name, or set transport = tcp",
+                     where, long_dir(98)) < 0)
+                abort();
+        check_error(content, want, name);
+}
+
+static void test_transport(void) {
+        _cleanup_free_ char *content = NULL;
+        const ContextConfig *cc;
+        Config *c;
+
+        new_ctx_dir(false);
+        c = load_ok("[context:a]\n[context:b]\ntransport = tcp\n", "transport");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->transport == TRANSPORT_IPC, "transport defaults to ipc");
+        cc = c ? config_find_context(c, "b") : NULL;
+        ok(cc && cc->transport == TRANSPORT_TCP, "transport = tcp");
+        config_free(c);
+        new_ctx_dir(false);
+        c = load_ok("[defaults]\ntransport = tcp\n[context:a]\n[context:b]\ntransport = ipc\n",
+                    "transport in [defaults]");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->transport == TRANSPORT_TCP, "[defaults] transport = tcp applies");
+        cc = c ? config_find_context(c, "b") : NULL;
+        ok(cc && cc->transport == TRANSPORT_IPC, "a context's transport = ipc overrides it");
+        config_free(c);
+
+        /* "<runtime_dir>/ipc/a/k-5" is strlen(runtime_dir) + 10 bytes; a Unix socket path has at most 107. */
+        new_ctx_dir(false);
+        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\n", long_dir(97)) <
+            0)
+                abort();
+        c = load_ok(content, "socket paths of exactly 107 bytes");
+        config_free(c);
+        free(content);
+        check_ipc_too_long("[context:a]\n", "@/main.ini:4: [context:a]: transport is ipc (the default)",
+                           "ipc socket paths of 108 bytes, transport by default");
+        check_ipc_too_long("[defaults]\ntransport = ipc\n[context:a]\n", "@/main.ini:5: [defaults] transport = ipc",
+                           "ipc socket paths of 108 bytes, transport in [defaults]");
+        if (asprintf(&content, "[supervisor]\nruntime_dir = %s\nsocket = /run/k.sock\n[context:a]\ntransport = tcp\n",
+                     long_dir(180)) < 0)
+                abort();
+        new_ctx_dir(false);
+        c = load_ok(content, "the same runtime_dir with transport = tcp");
+        config_free(c);
+}
+
 static void test_bundled(void) {
         const char *srcdir = getenv("KS_SRCDIR");
         _cleanup_free_ char *path = NULL, *dir = NULL, *error = NULL;
@@ -817,6 +886,7 @@ static void test_bundled(void) {
                 is_str(c->socket_path, sock, "bundled: [supervisor] left to ConfigDefaults");
                 is_str(c->state_dir, state_dir, "bundled: state_dir from ConfigDefaults");
                 ok(cc && cc->argv && streq(cc->argv[0], "/usr/bin/python3"), "bundled: argv[0]");
+                ok(cc && cc->transport == TRANSPORT_IPC, "bundled: transport ipc");
         }
         config_free(c);
 }
@@ -885,6 +955,11 @@ static void test_process_differs(void) {
         b = a;
         b.connection_file = "/d.json";
         ok(context_config_process_differs(&a, &b), "connection_file differs");
+        b = a;
+        b.transport = TRANSPORT_TCP;
+        a.transport = TRANSPORT_IPC;
+        is_str(context_config_process_change(&a, &b), "transport", "transport differs: a process change");
+        b = a;
         a.user = b.user = NULL;
         b.connection_file = a.connection_file;
         ok(!context_config_process_differs(&a, &b), "both users unset: the same");
@@ -1139,6 +1214,7 @@ int main(void) {
         test_backoff_errors();
         test_file_errors();
         test_happy();
+        test_transport();
         test_bundled();
         test_expand_argv();
         test_process_differs();

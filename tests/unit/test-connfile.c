@@ -1,4 +1,4 @@
-/* Connection information: format/parse, the atomic 0600 file, port probing and allocation. */
+/* Connection information: format/parse, the atomic 0600 file, port probing and allocation, the ipc layout. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -196,7 +197,8 @@ static void test_parse_bad(void) {
                   "\"hb_port\":5,\"ip\":\"127.0.0.1\","
                   "\"key\":\"00000000000000000000000000000000000000000000000000000000000000000\"}" },
                 { "key with a NUL", "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"ab\\u0000cd\"}" },
-                { "transport ipc", "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"k\",\"transport\":\"ipc\"}" },
+                { "transport ipc with an address, not a path",
+                  "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"k\",\"transport\":\"ipc\"}" },
                 { "transport a number", "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"k\",\"transport\":1}" },
                 { "scheme hmac-md5",
                   "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"k\",\"signature_scheme\":\"hmac-md5\"}" },
@@ -489,6 +491,260 @@ static void test_ports_allocate(void) {
         ok(memcmp(c, sentinel, sizeof c) == 0, "ret untouched on errors");
 }
 
+/* ---- Unix sockets (transport ipc) ---- */
+
+static void test_ipc_address(void) {
+        ConnectionInfo ci = sample(), before;
+        _cleanup_free_ char *shell = NULL, *hb = NULL;
+        char rd[128], ep[160];
+
+        shell = ipc_socket_path("/run/kernelsup", "a", CHANNEL_SHELL);
+        hb = ipc_socket_path("/run/kernelsup", "a", CHANNEL_HB);
+        is_str(shell, "/run/kernelsup/ipc/a/k-1", "ipc_socket_path: shell is k-1");
+        is_str(hb, "/run/kernelsup/ipc/a/k-5", "ipc_socket_path: hb is k-5");
+
+        is_int(connection_info_set_address(&ci, "/run/kernelsup", "a"), 0, "set_address tcp");
+        ok(streq(ci.ip, "127.0.0.1") && ci.ports[CHANNEL_SHELL] == 27101, "tcp: 127.0.0.1, the ports untouched");
+
+        ci.transport = TRANSPORT_IPC;
+        is_int(connection_info_set_address(&ci, "/run/kernelsup", "a"), 0, "set_address ipc");
+        is_str(ci.ip, "/run/kernelsup/ipc/a/k", "ipc: ip is the sockets' path prefix");
+        ok(ci.ports[CHANNEL_SHELL] == 1 && ci.ports[CHANNEL_IOPUB] == 2 && ci.ports[CHANNEL_STDIN] == 3 &&
+                   ci.ports[CHANNEL_CONTROL] == 4 && ci.ports[CHANNEL_HB] == 5,
+           "ipc: ports 1..5 in channel order");
+
+        /* "<rd>/ipc/a/k-5" is strlen(rd) + 10 bytes: 97 fits the 107 of sun_path, 98 does not. */
+        memset(rd, 'r', sizeof rd);
+        rd[0] = '/';
+        rd[97] = '\0';
+        is_int(connection_info_set_address(&ci, rd, "a"), 0, "socket path of exactly 107 bytes is accepted");
+        is_int(strlen(ci.ip) + 2, 107, "its longest socket path is 107 bytes");
+        rd[97] = 'r';
+        rd[98] = '\0';
+        before = ci;
+        is_int(connection_info_set_address(&ci, rd, "a"), -ENAMETOOLONG, "108 bytes: -ENAMETOOLONG");
+        ok(memcmp(&ci, &before, sizeof ci) == 0, "ci untouched on -ENAMETOOLONG");
+
+        ci = sample();
+        is_int(connection_endpoint(&ci, CHANNEL_IOPUB, ep, sizeof ep), 0, "endpoint tcp");
+        is_str(ep, "tcp://127.0.0.1:27102", "tcp endpoint");
+        snprintf(ci.ip, sizeof ci.ip, "::1");
+        is_int(connection_endpoint(&ci, CHANNEL_HB, ep, sizeof ep), 0, "endpoint tcp6");
+        is_str(ep, "tcp://[::1]:27105", "tcp6 endpoint in brackets");
+        ci.transport = TRANSPORT_IPC;
+        (void) connection_info_set_address(&ci, "/run/kernelsup", "a");
+        is_int(connection_endpoint(&ci, CHANNEL_IOPUB, ep, sizeof ep), 0, "endpoint ipc");
+        is_str(ep, "ipc:///run/kernelsup/ipc/a/k-2", "ipc endpoint is ipc://<ip>-<port>, as jupyter_client makes it");
+        is_int(connection_endpoint(&ci, CHANNEL_IOPUB, ep, 10), -EINVAL, "endpoint that does not fit: -EINVAL");
+        is_int(connection_endpoint(&ci, _CHANNEL_MAX, ep, sizeof ep), -EINVAL, "endpoint of no channel: -EINVAL");
+        ci.ports[CHANNEL_IOPUB] = 0;
+        is_int(connection_endpoint(&ci, CHANNEL_IOPUB, ep, sizeof ep), -EINVAL, "endpoint of port 0: -EINVAL");
+}
+
+/* jupyter_client itself reads our ipc file and names the endpoints the kernel binds and the daemon connects to. */
+static void test_python_ipc_urls(const ConnectionInfo *ci) {
+        char path[512], cmd[1024], line[512] = "", want[512] = "";
+        FILE *f;
+        int status;
+
+        if (!have_jupyter_client()) {
+                ok(1, "# SKIP /usr/bin/python3 has no jupyter_client");
+                return;
+        }
+        snprintf(path, sizeof path, "%s/ipc.json", tmpdir);
+        is_int(connection_file_write(path, ci, (uid_t) -1, (gid_t) -1), 0, "write an ipc connection file");
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 -c 'import sys; from jupyter_client import BlockingKernelClient as C; "
+                 "c=C(); c.load_connection_file(sys.argv[1]); "
+                 "print(\" \".join(c._make_url(ch) for ch in (\"shell\",\"iopub\",\"stdin\",\"control\",\"hb\")))' "
+                 "'%s'",
+                 path);
+        f = popen(cmd, "r");
+        if (!f || !fgets(line, sizeof line, f))
+                line[0] = '\0';
+        status = f ? pclose(f) : -1;
+        ok(status == 0, "jupyter_client loaded the ipc file");
+        line[strcspn(line, "\n")] = '\0';
+        for (Channel ch = 0; ch < _CHANNEL_MAX; ch++) {
+                char ep[256];
+                size_t n = strlen(want);
+                (void) connection_endpoint(ci, ch, ep, sizeof ep);
+                snprintf(want + n, sizeof want - n, "%s%s", n ? " " : "", ep);
+        }
+        is_str(line, want, "jupyter_client's endpoints are connection_endpoint's");
+}
+
+static void test_ipc_format_parse(void) {
+        ConnectionInfo ci = sample(), back;
+        _cleanup_free_ char *s = NULL;
+        json_auto_t *j = NULL;
+        char text[1024], ip[128];
+
+        ci.transport = TRANSPORT_IPC;
+        (void) connection_info_set_address(&ci, "/run/kernelsup", "a");
+        s = connection_info_format(&ci);
+        j = s ? json_loads(s, 0, NULL) : NULL;
+        is_str(json_string_value(json_object_get(j, "transport")), "ipc", "ipc: format says transport ipc");
+        is_str(json_string_value(json_object_get(j, "ip")), "/run/kernelsup/ipc/a/k",
+               "ipc: format's ip is the prefix");
+        is_int(s ? connection_info_parse(s, &back) : -1, 0, "ipc: parse what format wrote");
+        ok(ci_equal(&ci, &back) && back.transport == TRANSPORT_IPC, "ipc: format/parse round trip");
+
+        /* The longest prefix parse takes leaves room for "-65535" within 107 bytes. */
+        for (size_t n = 101; n <= 102; n++) {
+                memset(ip, 'p', sizeof ip);
+                ip[0] = '/';
+                ip[n] = '\0';
+                snprintf(text, sizeof text,
+                         "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5,"
+                         "\"ip\":\"%s\",\"key\":\"k\",\"transport\":\"ipc\"}",
+                         ip);
+                is_int(connection_info_parse(text, &back), n == 101 ? 0 : -EBADMSG, "ipc: a prefix of %zu bytes %s", n,
+                       n == 101 ? "parses" : "is refused");
+        }
+        is_int(connection_info_parse("{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
+                                     "\"hb_port\":5,\"ip\":\"kernel-ipc\",\"key\":\"k\",\"transport\":\"ipc\"}",
+                                     &back),
+               -EBADMSG, "ipc: a relative prefix is refused");
+        is_int(connection_info_parse("{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
+                                     "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"k\",\"transport\":\"udp\"}",
+                                     &back),
+               -EBADMSG, "transport udp is refused");
+        is_int(transport_from_string("IPC"), -EINVAL, "transport_from_string is exact");
+        test_python_ipc_urls(&ci);
+        ok(transport_to_string(_TRANSPORT_MAX) == NULL, "transport_to_string out of range is NULL");
+}
+
+static int path_stat(const char *dir, const char *name, struct stat *st) {
+        char p[512];
+
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        return lstat(p, st) < 0 ? -errno : 0;
+}
+
+static int touch_at(const char *dir, const char *name) {
+        char p[512];
+        int fd;
+
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
+        close(fd);
+        return 0;
+}
+
+static int bind_unix_at(const char *dir, const char *name) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), r;
+
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s", dir, name);
+        r = fd < 0 || bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? -errno : 0;
+        if (fd >= 0)
+                close(fd); /* the socket file stays behind, as a SIGKILLed kernel's does */
+        return r;
+}
+
+static void test_ipc_dir(void) {
+        char rd[256], ipc[300], a[320], target[300];
+        _cleanup_free_ char *failed = NULL;
+        struct stat st;
+        bool root = geteuid() == 0;
+
+        snprintf(rd, sizeof rd, "%s/rd", tmpdir);
+        snprintf(ipc, sizeof ipc, "%s/ipc", rd);
+        snprintf(a, sizeof a, "%s/a", ipc);
+        if (mkdir(rd, 0755) < 0) {
+                ok(false, "mkdir %s", rd);
+                return;
+        }
+        is_int(ipc_sockets_remove(rd, "a", NULL), 0, "remove before anything exists: success");
+        is_int(ipc_dir_prepare(rd, "a", (uid_t) -1, (gid_t) -1, NULL), 0, "prepare creates the directories");
+        ok(lstat(ipc, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0755 && st.st_uid == geteuid(),
+           "ipc/ is ours, 0755");
+        ok(lstat(a, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0700 && st.st_uid == geteuid(),
+           "ipc/a is ours, 0700");
+
+        /* Loosened by hand: put right at the next launch. */
+        (void) chmod(ipc, 0777);
+        (void) chmod(a, 0755);
+        is_int(ipc_dir_prepare(rd, "a", (uid_t) -1, (gid_t) -1, NULL), 0, "prepare again");
+        ok(lstat(ipc, &st) == 0 && (st.st_mode & 07777) == 0755, "ipc/ back to 0755");
+        ok(lstat(a, &st) == 0 && (st.st_mode & 07777) == 0700, "ipc/a back to 0700");
+        if (root) {
+                is_int(ipc_dir_prepare(rd, "a", 12345, 23456, NULL), 0, "prepare for uid 12345");
+                ok(lstat(a, &st) == 0 && st.st_uid == 12345 && st.st_gid == 23456, "ipc/a is owned by 12345:23456");
+                is_int(ipc_dir_prepare(rd, "a", (uid_t) -1, (gid_t) -1, NULL), 0, "prepare for our own user");
+                ok(lstat(a, &st) == 0 && st.st_uid == 0 && st.st_gid == getegid(), "ipc/a is ours again");
+        } else
+                for (int i = 0; i < 4; i++)
+                        ok(true, "# SKIP chown needs root");
+
+        /* A dead kernel's sockets, a file, a symlink: removed (the link itself, not its target); others stay. */
+        snprintf(target, sizeof target, "%s/target", tmpdir);
+        ok(bind_unix_at(a, "k-1") == 0 && touch_at(a, "k-3") == 0 && touch_at(tmpdir, "target") == 0 &&
+                   touch_at(a, "other") == 0,
+           "planted a socket at k-1, a file at k-3 and another file");
+        {
+                char link[400];
+                snprintf(link, sizeof link, "%s/k-4", a);
+                ok(symlink(target, link) == 0, "planted a symlink at k-4");
+        }
+        is_int(ipc_dir_prepare(rd, "a", (uid_t) -1, (gid_t) -1, NULL), 0, "prepare with stale entries");
+        ok(path_stat(a, "k-1", &st) == -ENOENT && path_stat(a, "k-3", &st) == -ENOENT &&
+                   path_stat(a, "k-4", &st) == -ENOENT,
+           "k-1, k-3 and k-4 are gone");
+        ok(lstat(target, &st) == 0 && path_stat(a, "other", &st) == 0, "the link's target and other files stay");
+
+        ok(bind_unix_at(a, "k-5") == 0, "a socket at k-5 again");
+        is_int(ipc_sockets_remove(rd, "a", NULL), 0, "ipc_sockets_remove");
+        ok(path_stat(a, "k-5", &st) == -ENOENT, "k-5 is gone");
+
+        /* A directory at a socket path would make the bind fail: said, and left alone. */
+        {
+                char sub[400];
+                snprintf(sub, sizeof sub, "%s/k-2", a);
+                (void) mkdir(sub, 0700);
+                is_int(ipc_dir_prepare(rd, "a", (uid_t) -1, (gid_t) -1, &failed), -EISDIR,
+                       "a directory at k-2: -EISDIR");
+                is_str(failed, sub, "failed names it");
+                ok(lstat(sub, &st) == 0 && S_ISDIR(st.st_mode), "the directory is left");
+                free(failed);
+                failed = NULL;
+                is_int(ipc_sockets_remove(rd, "a", &failed), -EISDIR, "ipc_sockets_remove: -EISDIR too");
+                free(failed);
+                failed = NULL;
+                (void) rmdir(sub);
+        }
+
+        /* Symlinks where the directories should be are never followed. */
+        {
+                char elsewhere[300], link[400], rd2[300], ipc2[320];
+                snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", tmpdir);
+                (void) mkdir(elsewhere, 0755);
+                snprintf(link, sizeof link, "%s/b", ipc);
+                ok(symlink(elsewhere, link) == 0, "planted ipc/b -> elsewhere");
+                ok(ipc_dir_prepare(rd, "b", (uid_t) -1, (gid_t) -1, &failed) < 0, "prepare b fails");
+                is_str(failed, link, "failed names ipc/b");
+                free(failed);
+                failed = NULL;
+                ok(lstat(elsewhere, &st) == 0 && (st.st_mode & 07777) == 0755, "the link's target kept its mode");
+                (void) touch_at(elsewhere, "k-1");
+                ok(ipc_sockets_remove(rd, "b", NULL) < 0 && path_stat(elsewhere, "k-1", &st) == 0,
+                   "remove through ipc/b fails and removes nothing there");
+
+                snprintf(rd2, sizeof rd2, "%s/rd2", tmpdir);
+                snprintf(ipc2, sizeof ipc2, "%s/ipc", rd2);
+                (void) mkdir(rd2, 0755);
+                ok(symlink(elsewhere, ipc2) == 0, "planted rd2/ipc -> elsewhere");
+                ok(ipc_dir_prepare(rd2, "a", (uid_t) -1, (gid_t) -1, &failed) < 0, "prepare under rd2 fails");
+                is_str(failed, ipc2, "failed names rd2/ipc");
+                ok(path_stat(elsewhere, "a", &st) == -ENOENT, "nothing was created through the link");
+        }
+        is_int(ipc_dir_prepare(rd, "../x", (uid_t) -1, (gid_t) -1, NULL), -EINVAL, "an invalid name: -EINVAL");
+        is_int(ipc_sockets_remove(rd, "../x", NULL), -EINVAL, "remove with an invalid name: -EINVAL");
+}
+
 int main(void) {
         if (!mkdtemp(tmpdir))
                 skip_all("mkdtemp failed");
@@ -501,6 +757,9 @@ int main(void) {
         test_file_write();
         test_port_is_free();
         test_ports_allocate();
+        test_ipc_address();
+        test_ipc_format_parse();
+        test_ipc_dir();
 
         {
                 char cmd[128];

@@ -544,6 +544,31 @@ static void test_full_disk(void) {
         rmdir(dir);
 }
 
+/* The transport a kernel was launched with is kept with its ports, so adoption connects the same way. */
+static void test_transport(void) {
+        _cleanup_(context_state_done) ContextState s = {}, back = {};
+        json_auto_t *j = NULL;
+
+        full_state(&s);
+        s.conn.transport = TRANSPORT_IPC;
+        j = context_state_to_json(&s);
+        is_str(j ? json_string_value(json_object_get(j, "transport")) : NULL, "ipc", "transport ipc is written");
+        is_int(j ? context_state_from_json(j, &back) : -1, 0, "from_json with transport ipc");
+        ok(back.conn.transport == TRANSPORT_IPC && state_equal(&s, &back), "transport ipc round-trips");
+
+        /* Written before there was a choice: the kernel listened on tcp. */
+        json_object_del(j, "transport");
+        context_state_done(&back);
+        is_int(context_state_from_json(j, &back), 0, "from_json without transport");
+        ok(back.conn.transport == TRANSPORT_TCP, "no transport: tcp");
+
+        json_object_set_new(j, "transport", json_string("udp"));
+        context_state_done(&back);
+        is_int(context_state_from_json(j, &back), -EBADMSG, "transport udp: -EBADMSG");
+        json_object_set_new(j, "transport", json_integer(1));
+        is_int(context_state_from_json(j, &back), -EBADMSG, "transport a number: -EBADMSG");
+}
+
 int main(void) {
         _cleanup_close_ int dirfd = -1;
 
@@ -559,6 +584,7 @@ int main(void) {
         test_contexts_symlink();
         test_supervisor(dirfd);
         test_full_disk();
+        test_transport();
 
         {
                 char cmd[128];
