@@ -54,6 +54,7 @@ struct Context {
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         Limits limits;          /* where the kernel's limits come from, its OOM counter */
         char *pending_error;    /* why the current launch failed, set before its exit */
+        char *save_error;       /* why st is not on disk (the last save failed); NULL when it is */
 
         uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
         uv_timer_t info_timer;  /* kernel_info resend while starting; backoff reset while ready */
@@ -83,7 +84,8 @@ bool context_autostart(const Context *c) {
         return c->cfg->autostart;
 }
 const char *context_last_error(const Context *c) {
-        return c->st.last_error;
+        /* A state that is not on disk matters more than why the last kernel ended (which the log keeps). */
+        return c->save_error ?: c->st.last_error;
 }
 
 uid_t context_uid(const Context *c) {
@@ -128,12 +130,40 @@ static void context_set_error(Context *c, const char *msg) {
         c->st.last_error = msg ? strdup(msg) : NULL;
 }
 
-static void context_save(Context *c) {
+/* Writes st to disk. A failure is kept in save_error (status shows it as last_error, the supervisor as
+ * degraded and retries on a timer); logged once per change, not at every retry. */
+static int context_save(Context *c) {
         int r = context_state_save(c->sup->state_dirfd, c->name, &c->st);
+        _cleanup_free_ char *msg = NULL;
 
-        if (r < 0)
-                log_error_errno(r, "%s: failed to save state to %s/contexts/%s.json: %m", c->name,
-                                c->sup->config->state_dir, c->name);
+        if (r >= 0) {
+                if (!c->save_error)
+                        return r;
+                log_notice("%s: state saved to %s/contexts/%s.json again", c->name, c->sup->config->state_dir,
+                           c->name);
+                free(c->save_error);
+                c->save_error = NULL;
+                supervisor_state_changed(c->sup);
+                return r;
+        }
+        if (asprintf(&msg, "cannot write state file %s/contexts/%s.json: %s", c->sup->config->state_dir, c->name,
+                     strerror(-r)) < 0)
+                return r;
+        if (!streq_ptr(msg, c->save_error)) {
+                log_error("%s: %s", c->name, msg);
+                free(c->save_error);
+                c->save_error = TAKE_PTR(msg);
+                supervisor_state_changed(c->sup);
+        }
+        return r;
+}
+
+const char *context_save_error(const Context *c) {
+        return c->save_error;
+}
+
+int context_save_retry(Context *c) {
+        return c->save_error ? context_save(c) : 0;
 }
 
 static void context_launch(Context *c);
@@ -724,11 +754,51 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
         return 0;
 }
 
-/* The forked kernel waits before exec: put it under its limits and learn its OOM counter. */
-static void context_place(pid_t pid, void *userdata) {
-        Context *c = userdata;
+/* Write ahead: the new kernel's identity (incarnation, kernel_id) with its ports and key is on disk
+ * before anything is published or launched, so an incarnation is never handed out twice and a connection
+ * file never names ports or a key the next daemon would not know. When the write fails the identity is
+ * taken back (nothing ran under it); ports and key stay in memory for the next attempt, never made anew. */
+static int context_persist_identity(Context *c) {
+        char kernel_id[sizeof c->st.kernel_id];
+        uint64_t incarnation = c->st.incarnation;
+        unsigned restarts = c->st.restarts;
+        int r;
 
+        memcpy(kernel_id, c->st.kernel_id, sizeof kernel_id);
+        uuid_random(c->st.kernel_id);
+        if (c->st.incarnation > 0)
+                c->st.restarts++;
+        c->st.incarnation++;
+        c->st.pid = 0;
+        r = context_save(c);
+        if (r < 0) {
+                memcpy(c->st.kernel_id, kernel_id, sizeof kernel_id);
+                c->st.incarnation = incarnation;
+                c->st.restarts = restarts;
+        }
+        return r;
+}
+
+/* The forked kernel waits before exec. Its pid goes to disk first, so that a kernel that runs can always
+ * be adopted by the next daemon (none is ever orphaned); when that write fails it never execs. Then it
+ * is put under its limits, in a cgroup of its own where the system allows. */
+static int context_place(pid_t pid, void *userdata, char **ret_error) {
+        Context *c = userdata;
+        int r;
+
+        c->st.pid = pid;
+        (void) proc_pid_starttime(pid, &c->st.pid_starttime);
+        memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
+        c->st.started_at = now_usec(CLOCK_REALTIME);
+        r = context_save(c);
+        if (r < 0) {
+                c->st.pid = 0;
+                if (asprintf(ret_error, "not launched: %s", c->save_error ?: strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
         (void) limits_apply(c->cfg, c->name, pid, &c->limits);
+        return 0;
 }
 
 static void context_launch(Context *c) {
@@ -760,14 +830,15 @@ static void context_launch(Context *c) {
         }
         if (note)
                 log_warning("%s: %s", c->name, note);
+        r = context_persist_identity(c);
+        if (r < 0) {
+                char msg[600];
+                snprintf(msg, sizeof msg, "not launched: %s", c->save_error ?: strerror(-r));
+                return context_launch_failed(c, msg);
+        }
         r = context_write_files(c, &kfile, &err);
         if (r < 0)
                 return context_launch_failed(c, err ?: strerror(-r));
-
-        uuid_random(c->st.kernel_id);
-        if (c->st.incarnation > 0)
-                c->st.restarts++;
-        c->st.incarnation++;
 
         r = context_config_expand_argv(c->cfg, kfile, &argv);
         if (r < 0)
@@ -805,15 +876,10 @@ static void context_launch(Context *c) {
                 return context_launch_failed(c, err ?: strerror(-r));
         }
 
-        c->st.pid = c->pid;
         if (limits_wanted(c->cfg) && c->limits.note)
                 log_warning("%s: %s", c->name, c->limits.note);
-        (void) proc_pid_starttime(c->pid, &c->st.pid_starttime);
-        memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
-        c->st.started_at = now_usec(CLOCK_REALTIME);
         /* The note about moved ports stays as last_error once the kernel is ready. */
         c->pending_error = TAKE_PTR(note);
-        context_save(c);
 
         c->pid_poll = malloc(sizeof(uv_poll_t));
         if (!c->pid_poll || uv_poll_init(c->sup->loop, c->pid_poll, c->pidfd) < 0) {
@@ -1083,6 +1149,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
         limits_release(&c->limits);
         context_config_free(c->cfg);
         free(c->pending_error);
+        free(c->save_error);
         free(c->name);
         free(c);
 }
@@ -1147,7 +1214,7 @@ json_t *context_to_json(const Context *c) {
                          running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6)
                                                             : json_null(),
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
-                         c->st.last_error ? json_string(c->st.last_error) : json_null(), "execution_count",
+                         context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
                          count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
                          "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits));
 }

@@ -554,6 +554,7 @@ static int validate_contexts(char **args, unsigned n_args) {
 
 static int cmd_status(const Options *o, char **args, unsigned n_args) {
         json_auto_t *params = NULL, *result = NULL;
+        const char *degraded;
         const json_t *contexts;
         size_t i;
         const json_t *ctx;
@@ -581,9 +582,17 @@ static int cmd_status(const Options *o, char **args, unsigned n_args) {
         if (!json_is_object(result) || !json_is_array(contexts))
                 return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
 
+        degraded = object_string(json_object_get(result, "supervisor"), "degraded");
+        if (degraded && !o->json) {
+                _cleanup_free_ char *shown = sanitize(degraded, false);
+                printf("kernelsupd is degraded: %s\n", shown ?: "?");
+        }
         r = o->json ? print_json(result) : print_status_table(contexts);
         if (r != EXIT_OK)
                 return r;
+        /* A state that is not on disk is lost at the next crash: not a state to call healthy. */
+        if (degraded)
+                return EXIT_FAILED;
         json_array_foreach(contexts, i, ctx) {
                 if (!state_is_up(object_string(ctx, "state")))
                         return EXIT_FAILED;
