@@ -30,6 +30,8 @@
  * subscribed yet, so a reply alone does not make the kernel ready (each
  * request makes the kernel publish its busy/idle status). */
 #define KERNEL_INFO_RESEND_MSEC 250
+/* How long the loop waits for a kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
+#define LEFTOVER_WAIT_USEC (2 * USEC_PER_SEC)
 
 struct Context {
         Supervisor *sup;
@@ -513,6 +515,27 @@ static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
 
 static void context_schedule_restart(Context *c);
 
+/* The last step of every stop and exit: what the kernel left behind outside its process group (a cell's
+ * process that forked, setsid()s and ignores SIGTERM) would hold its ports, and the next launch would move
+ * them. Everything in its cgroup is ended, or without one, what we inherited from it as subreaper. */
+static void context_end_group(Context *c) {
+        static const char *const how[] = {
+                [GROUP_KILL_NONE] = "as subreaper", [GROUP_KILL_V2] = "cgroup.kill",
+                [GROUP_KILL_FREEZE] = "cgroup freezer", [GROUP_KILL_PROCS] = "cgroup.procs",
+        };
+        char tag[96];
+        int r;
+
+        snprintf(tag, sizeof tag, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
+        r = limits_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
+        if (r > 0)
+                log_notice("%s: ended %d process%s kernel %s left behind (%s)", c->name, r, r == 1 ? "" : "es",
+                           c->st.kernel_id, how[c->limits.kill]);
+        else if (r < 0)
+                log_warning_errno(r, "%s: processes kernel %s left behind in %s are not gone: %m", c->name,
+                                  c->st.kernel_id, c->limits.group ?: "no cgroup");
+}
+
 /* The kernel (our child, or an adopted process) has exited: pidfd readable.
  * Ends what is left of its process group before reaping the leader, so its
  * pid (the group id) cannot be reused in between. */
@@ -542,6 +565,7 @@ static void context_handle_exit(Context *c) {
         /* Its memory cgroup (watched since launch) says whether the OOM killer did it. */
         if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && limits_oom_killed(&c->limits))
                 c->st.last_exit.oom = true;
+        context_end_group(c);
         limits_release(&c->limits);
         describe_exit(&c->st.last_exit, what, sizeof what);
 

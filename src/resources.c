@@ -1,6 +1,8 @@
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,6 +375,261 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
         return 0;
 }
 
+/* ---- A cgroup of its own for every kernel ---- */
+
+static char *concat(const char *a, const char *b) {
+        char *s;
+
+        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
+}
+
+
+/* Where the v2 hierarchy is mounted: /sys/fs/cgroup itself, or unified/ on a hybrid host (no controllers
+ * there, but a cgroup all the same, with cgroup.kill). NULL when there is none. */
+static const char *v2_mount(void) {
+        if (v2_root())
+                return CGROUP_ROOT;
+        if (is_fs(CGROUP_ROOT "/unified", CGROUP2_SUPER_MAGIC))
+                return CGROUP_ROOT "/unified";
+        return NULL;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+        size_t n = strlen(s), k = strlen(suffix);
+
+        return n >= k && streq(s + n - k, suffix);
+}
+
+/* Whether a cgroup path is the kernel's own: our kernelsup-NAME-PID or systemd's kernelsup-NAME-PID.scope. */
+static bool own_group(const char *path, pid_t pid) {
+        const char *last = strrchr(path, '/');
+        char suffix[48];
+
+        if (!last || strncmp(last + 1, "kernelsup-", strlen("kernelsup-")) != 0)
+                return false;
+        snprintf(suffix, sizeof suffix, "-%d", (int) pid);
+        if (ends_with(last + 1, suffix))
+                return true;
+        snprintf(suffix, sizeof suffix, "-%d.scope", (int) pid);
+        return ends_with(last + 1, suffix);
+}
+
+static void dirs_add(Limits *l, char *dir) {
+        for (size_t i = 0; i < ELEMENTSOF(l->dirs); i++)
+                if (!l->dirs[i]) {
+                        l->dirs[i] = dir;
+                        return;
+                }
+        free(dir);
+}
+
+static void group_set(Limits *l, char *dir, GroupKill kill) {
+        free(l->group);
+        l->group = dir;
+        l->kill = dir ? kill : GROUP_KILL_NONE;
+}
+
+/* Whether pid's cgroup in the hierarchy at mnt (controller as pid_cgroup() takes it) is its own; then
+ * that is l->group. */
+static bool group_try(pid_t pid, const char *mnt, const char *controller, GroupKill kill, Limits *l) {
+        _cleanup_free_ char *path = mnt ? pid_cgroup(pid, controller) : NULL;
+
+        if (!path || !own_group(path, pid))
+                return false;
+        group_set(l, concat(mnt, path), kill);
+        return l->group;
+}
+
+/* The cgroup of its own that pid is in already (a scope, a sub-cgroup for limits, one an earlier daemon
+ * made): v2 first, then (unless v2_only) the v1 freezer, then a v1 hierarchy of the limits. */
+static bool group_find(pid_t pid, Limits *l, bool v2_only) {
+        static const char *const v1[] = { "pids", "memory", "cpu" };
+
+        if (group_try(pid, v2_mount(), NULL, GROUP_KILL_V2, l))
+                return true;
+        if (v2_only)
+                return false;
+        if (group_try(pid, v1_mount("freezer"), "freezer", GROUP_KILL_FREEZE, l))
+                return true;
+        for (size_t i = 0; i < ELEMENTSOF(v1); i++)
+                if (group_try(pid, v1_mount(v1[i]), v1[i], GROUP_KILL_PROCS, l))
+                        return true;
+        return group_try(pid, is_fs(CGROUP_ROOT "/systemd", CGROUP_SUPER_MAGIC) ? CGROUP_ROOT "/systemd" : NULL,
+                         "name=systemd", GROUP_KILL_PROCS, l);
+}
+
+/* Puts pid (forked, not yet exec'd) in a cgroup of its own unless its limits did in v2: a sub-cgroup of
+ * the daemon's in the v2 hierarchy, else in the v1 freezer, else the v1 sub-cgroup of its limits. Leaves
+ * l->group NULL when none is possible. */
+static void group_place(const char *name, pid_t pid, Limits *l) {
+        static const struct {
+                bool v2;
+                GroupKill kill;
+        } tries[] = { { true, GROUP_KILL_V2 }, { false, GROUP_KILL_FREEZE } };
+
+        if (group_find(pid, l, true))
+                return;
+        for (size_t i = 0; i < ELEMENTSOF(tries); i++) {
+                const char *mnt = tries[i].v2 ? v2_mount() : v1_mount("freezer");
+                _cleanup_free_ char *own = mnt ? pid_cgroup(getpid(), tries[i].v2 ? NULL : "freezer") : NULL;
+                char *dir = NULL;
+
+                if (own && cgroup_place(mnt, own, name, NULL, 0, pid, &dir) >= 0) {
+                        group_set(l, strdup(dir), tries[i].kill);
+                        dirs_add(l, dir);
+                        return;
+                }
+        }
+        (void) group_find(pid, l, false);
+}
+
+/* ---- Ending what a kernel left behind ---- */
+
+/* The state letter and parent of pid from /proc/PID/stat; -ESRCH when it is gone. */
+static int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid) {
+        _cleanup_free_ char *s = NULL;
+        char path[64], *p;
+        int ppid;
+
+        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+        if (read_file(path, 4096, &s, NULL) < 0)
+                return -ESRCH;
+        /* The command name may hold spaces and parentheses: the fields follow the last ')'. */
+        p = strrchr(s, ')');
+        if (!p || sscanf(p + 1, " %c %d", ret_state, &ppid) != 2)
+                return -EIO;
+        *ret_ppid = ppid;
+        return 0;
+}
+
+/* Running, not a zombie: a zombie has closed its sockets already. */
+static bool proc_running(pid_t pid) {
+        char st;
+        pid_t ppid;
+
+        return proc_state(pid, &st, &ppid) >= 0 && st != 'Z';
+}
+
+/* SIGKILLs (kill) or counts the running processes that dir/cgroup.procs lists. -errno when unreadable. */
+static int group_procs(const char *dir, bool kill_them) {
+        _cleanup_free_ char *text = NULL, *path = concat(dir, "/cgroup.procs");
+        int n = 0, r;
+
+        if (!path)
+                return -ENOMEM;
+        r = read_file(path, 4 * 1024 * 1024, &text, NULL);
+        if (r < 0)
+                return r;
+        for (char *p = text, *end; *p; p = end) {
+                long pid = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                if (pid > 0 && proc_running((pid_t) pid)) {
+                        n++;
+                        if (kill_them)
+                                (void) kill((pid_t) pid, SIGKILL);
+                }
+        }
+        return n;
+}
+
+static int group_write(const char *dir, const char *file, const char *value) {
+        char path[4300];
+
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        return write_str(path, value);
+}
+
+/* v1 freezer: frozen, nothing in the cgroup can fork while each process is killed; thawed, they die. */
+static void group_freeze_kill(const char *dir, usec_t deadline) {
+        if (group_write(dir, "freezer.state", "FROZEN") >= 0)
+                for (;;) {
+                        char path[4300];
+                        _cleanup_free_ char *st = NULL;
+                        snprintf(path, sizeof path, "%s/freezer.state", dir);
+                        if (read_file(path, 64, &st, NULL) < 0 || strncmp(st, "FROZEN", 6) == 0 ||
+                            now_usec(CLOCK_MONOTONIC) >= deadline)
+                                break;
+                        (void) usleep(1000);
+                }
+        (void) group_procs(dir, true);
+        (void) group_write(dir, "freezer.state", "THAWED");
+}
+
+/* Whether pid descends from ancestor (through at most 64 parents). */
+static bool descends_from(pid_t pid, pid_t ancestor) {
+        for (int depth = 0; depth < 64 && pid > 0; depth++) {
+                char st;
+                pid_t ppid;
+                if (proc_state(pid, &st, &ppid) < 0)
+                        return false;
+                if (ppid == ancestor)
+                        return true;
+                pid = ppid;
+        }
+        return false;
+}
+
+/* Whether the environment pid started with holds the entry tag ("K=V"). */
+static bool environ_has(pid_t pid, const char *tag) {
+        _cleanup_free_ char *env = NULL;
+        char path[64];
+        size_t size, n = strlen(tag) + 1; /* with its NUL */
+
+        snprintf(path, sizeof path, "/proc/%d/environ", (int) pid);
+        if (read_file(path, 256 * 1024, &env, &size) < 0)
+                return false;
+        for (size_t i = 0; i + n <= size + 1; i += strlen(env + i) + 1)
+                if (memcmp(env + i, tag, n) == 0)
+                        return true;
+        return false;
+}
+
+/* Without a cgroup: SIGKILLs every running descendant of ours whose environment holds tag. Orphans of a
+ * kernel are reparented to us (a subreaper, or PID 1), so they stay our descendants. Returns how many. */
+static int descendants_kill(const char *tag) {
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        int n = 0;
+
+        if (!d)
+                return -errno;
+        while ((de = readdir(d))) {
+                char *end;
+                long pid = strtol(de->d_name, &end, 10);
+                if (*end || pid <= 0 || pid == getpid() || !proc_running((pid_t) pid) ||
+                    !descends_from((pid_t) pid, getpid()) || !environ_has((pid_t) pid, tag))
+                        continue;
+                (void) kill((pid_t) pid, SIGKILL);
+                n++;
+        }
+        closedir(d);
+        return n;
+}
+
+int limits_end_group(const Limits *l, const char *tag, usec_t timeout) {
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
+        int n, r;
+
+        n = l->group ? group_procs(l->group, false) : descendants_kill(tag);
+        if (n <= 0)
+                return n == -ENOENT ? 0 : n; /* ENOENT: its scope is gone with its last process */
+        if (l->kill == GROUP_KILL_FREEZE)
+                group_freeze_kill(l->group, deadline);
+        else if (l->group && (l->kill != GROUP_KILL_V2 || group_write(l->group, "cgroup.kill", "1") < 0))
+                (void) group_procs(l->group, true);
+        /* Until they are gone, each round kills again what is left (or, without a cgroup, was reparented
+         * to us since: the children of what we killed). */
+        for (;;) {
+                r = l->group ? group_procs(l->group, true) : descendants_kill(tag);
+                if (r <= 0)
+                        return n;
+                if (now_usec(CLOCK_MONOTONIC) >= deadline)
+                        return -ETIMEDOUT;
+                (void) usleep(2000);
+        }
+}
+
 /* Opens the OOM counter of pid's memory cgroup and, on v1, asks for an eventfd at each OOM there. */
 static void oom_watch(pid_t pid, Limits *l) {
         _cleanup_free_ char *text = NULL;
@@ -447,15 +704,10 @@ int limits_apply(const ContextConfig *cc, const char *name, pid_t pid, Limits *r
                         }
                 }
         }
+        group_place(name, pid, &l);
         oom_watch(pid, &l);
         *ret = l;
         return 0;
-}
-
-static char *concat(const char *a, const char *b) {
-        char *s;
-
-        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
 }
 
 /* Whether the last component of a cgroup path is a sub-cgroup of ours for pid: "kernelsup-NAME-PID". A scope
@@ -509,6 +761,14 @@ void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
                 if (!limits_all(cc, &l))
                         note_set(&l, "adopted: its cgroups do not show every limit");
         }
+        /* Its own cgroup goes with it, as with a kernel we launched; a scope is systemd's to remove. */
+        if (group_find(pid, &l, false) && !ends_with(l.group, ".scope")) {
+                bool known = false;
+                for (size_t i = 0; i < ELEMENTSOF(l.dirs); i++)
+                        known = known || (l.dirs[i] && streq(l.dirs[i], l.group));
+                if (!known)
+                        dirs_add(&l, strdup(l.group));
+        }
         oom_watch(pid, &l);
         *ret = l;
 }
@@ -520,6 +780,7 @@ void limits_release(Limits *l) {
                 free(l->dirs[i]);
         }
         free(l->unit);
+        free(l->group);
         free(l->oom_path);
         free(l->note);
         if (l->oom_fd >= 0)
@@ -548,10 +809,16 @@ json_t *limits_to_json(const ContextConfig *cc, const Limits *l) {
         for (size_t i = 0; i < ELEMENTSOF(items); i++)
                 if (items[i].want)
                         json_array_append_new(items[i].have ? enforced : not_enforced, json_string(items[i].name));
+        static const char *const kills[] = {
+                [GROUP_KILL_NONE] = "subreaper", [GROUP_KILL_V2] = "cgroup.kill", [GROUP_KILL_FREEZE] = "freezer",
+                [GROUP_KILL_PROCS] = "cgroup.procs",
+        };
+
         snprintf(quota, sizeof quota, "%u%%", cc->cpu_quota);
-        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "mechanism", names[l->mechanism], "memory_max",
+        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}", "mechanism", names[l->mechanism], "memory_max",
                          cc->memory_max ? json_integer((json_int_t) cc->memory_max) : json_null(), "cpu_quota",
                          cc->cpu_quota ? json_string(quota) : json_null(), "tasks_max",
                          cc->tasks_max ? json_integer(cc->tasks_max) : json_null(), "enforced", enforced,
-                         "not_enforced", not_enforced, "note", l->note ? json_string(l->note) : json_null());
+                         "not_enforced", not_enforced, "note", l->note ? json_string(l->note) : json_null(), "group",
+                         l->group ? json_string(l->group) : json_null(), "group_kill", kills[l->kill]);
 }
