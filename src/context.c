@@ -520,8 +520,10 @@ static void context_schedule_restart(Context *c);
  * them. Everything in its cgroup is ended, or without one, what we inherited from it as subreaper. */
 static void context_end_group(Context *c) {
         static const char *const how[] = {
-                [GROUP_KILL_NONE] = "as subreaper", [GROUP_KILL_V2] = "cgroup.kill",
-                [GROUP_KILL_FREEZE] = "cgroup freezer", [GROUP_KILL_PROCS] = "cgroup.procs",
+                [GROUP_KILL_NONE] = "as subreaper",
+                [GROUP_KILL_V2] = "cgroup.kill",
+                [GROUP_KILL_FREEZE] = "cgroup freezer",
+                [GROUP_KILL_PROCS] = "cgroup.procs",
         };
         char tag[96];
         int r;

@@ -383,7 +383,6 @@ static char *concat(const char *a, const char *b) {
         return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
 }
 
-
 /* Where the v2 hierarchy is mounted: /sys/fs/cgroup itself, or unified/ on a hybrid host (no controllers
  * there, but a cgroup all the same, with cgroup.kill). NULL when there is none. */
 static const char *v2_mount(void) {
@@ -810,14 +809,16 @@ json_t *limits_to_json(const ContextConfig *cc, const Limits *l) {
                 if (items[i].want)
                         json_array_append_new(items[i].have ? enforced : not_enforced, json_string(items[i].name));
         static const char *const kills[] = {
-                [GROUP_KILL_NONE] = "subreaper", [GROUP_KILL_V2] = "cgroup.kill", [GROUP_KILL_FREEZE] = "freezer",
+                [GROUP_KILL_NONE] = "subreaper",
+                [GROUP_KILL_V2] = "cgroup.kill",
+                [GROUP_KILL_FREEZE] = "freezer",
                 [GROUP_KILL_PROCS] = "cgroup.procs",
         };
 
         snprintf(quota, sizeof quota, "%u%%", cc->cpu_quota);
-        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}", "mechanism", names[l->mechanism], "memory_max",
-                         cc->memory_max ? json_integer((json_int_t) cc->memory_max) : json_null(), "cpu_quota",
-                         cc->cpu_quota ? json_string(quota) : json_null(), "tasks_max",
+        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}", "mechanism", names[l->mechanism],
+                         "memory_max", cc->memory_max ? json_integer((json_int_t) cc->memory_max) : json_null(),
+                         "cpu_quota", cc->cpu_quota ? json_string(quota) : json_null(), "tasks_max",
                          cc->tasks_max ? json_integer(cc->tasks_max) : json_null(), "enforced", enforced,
                          "not_enforced", not_enforced, "note", l->note ? json_string(l->note) : json_null(), "group",
                          l->group ? json_string(l->group) : json_null(), "group_kill", kills[l->kill]);
