@@ -12,6 +12,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -569,14 +570,16 @@ static bool descends_from(pid_t pid, pid_t ancestor) {
         return false;
 }
 
-/* Whether the environment pid started with holds the entry tag ("K=V"). */
+/* Whether the environment pid started with holds the entry tag ("K=V"). One over 100 KiB is not read (that
+ * keeps the buffer below malloc's mmap threshold: this runs in a tight loop against a process that forks all
+ * the time); a kernel's own is a few KiB. */
 static bool environ_has(pid_t pid, const char *tag) {
         _cleanup_free_ char *env = NULL;
         char path[64];
         size_t size, n = strlen(tag) + 1; /* with its NUL */
 
         snprintf(path, sizeof path, "/proc/%d/environ", (int) pid);
-        if (read_file(path, 256 * 1024, &env, &size) < 0)
+        if (read_file(path, 100 * 1024, &env, &size) < 0)
                 return false;
         for (size_t i = 0; i + n <= size + 1; i += strlen(env + i) + 1)
                 if (memcmp(env + i, tag, n) == 0)
@@ -584,9 +587,55 @@ static bool environ_has(pid_t pid, const char *tag) {
         return false;
 }
 
-/* Without a cgroup: SIGKILLs every running descendant of ours whose environment holds tag. Orphans of a
- * kernel are reparented to us (a subreaper, or PID 1), so they stay our descendants. Returns how many. */
-static int descendants_kill(const char *tag) {
+/* Without a cgroup: what was found of a kernel's leftovers so far. Their process groups are what is killed:
+ * a signal to a group reaches every member or stops the fork in progress, so a process that forks and exits
+ * all the time (its children keep its group) cannot slip away between two looks at /proc. */
+typedef struct Leftovers {
+        pid_t pids[64]; /* distinct processes found (to count them) */
+        size_t n_pids;
+        pid_t groups[64]; /* their process groups */
+        size_t n_groups;
+} Leftovers;
+
+static bool pid_in(const pid_t *v, size_t n, pid_t pid) {
+        for (size_t i = 0; i < n; i++)
+                if (v[i] == pid)
+                        return true;
+        return false;
+}
+
+/* SIGKILLs a leftover and its group, and records both. Never our own group, which a kernel's process cannot
+ * join (it is in another session). */
+static void leftover_kill(Leftovers *lo, pid_t pid) {
+        pid_t pg = getpgid(pid);
+
+        (void) kill(pid, SIGKILL);
+        if (!pid_in(lo->pids, lo->n_pids, pid) && lo->n_pids < ELEMENTSOF(lo->pids))
+                lo->pids[lo->n_pids++] = pid;
+        if (pg > 1 && pg != getpgrp() && !pid_in(lo->groups, lo->n_groups, pg) &&
+            lo->n_groups < ELEMENTSOF(lo->groups))
+                lo->groups[lo->n_groups++] = pg;
+}
+
+/* Kills every recorded group again and reaps those members that are our zombies (orphans we inherited; the
+ * kernel itself is reaped before, and a kernel of another context leads a group of its own). Returns how
+ * many groups still have members. */
+static int leftover_groups_kill(const Leftovers *lo) {
+        int alive = 0;
+
+        for (size_t i = 0; i < lo->n_groups; i++) {
+                siginfo_t si = { 0 };
+                if (kill(-lo->groups[i], SIGKILL) < 0)
+                        continue;
+                while (waitid(P_PGID, (id_t) lo->groups[i], &si, WEXITED | WNOHANG) == 0 && si.si_pid > 0)
+                        si = (siginfo_t){ 0 };
+                alive += kill(-lo->groups[i], 0) == 0;
+        }
+        return alive;
+}
+
+/* Every running descendant of ours whose environment holds tag. Returns how many. */
+static int descendants_kill(const char *tag, Leftovers *lo) {
         DIR *d = opendir("/proc");
         struct dirent *de;
         int n = 0;
@@ -599,33 +648,87 @@ static int descendants_kill(const char *tag) {
                 if (*end || pid <= 0 || pid == getpid() || !proc_running((pid_t) pid) ||
                     !descends_from((pid_t) pid, getpid()) || !environ_has((pid_t) pid, tag))
                         continue;
-                (void) kill((pid_t) pid, SIGKILL);
+                leftover_kill(lo, (pid_t) pid);
                 n++;
         }
         closedir(d);
         return n;
 }
 
+/* Our own children whose environment holds tag: where an orphan of the kernel lands first, and much faster
+ * to look at than every descendant. Returns how many, -errno without /proc/self/task/N/children. */
+static int children_kill(const char *tag, Leftovers *lo) {
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *de;
+        int n = 0, r = -ENOENT;
+
+        if (!d)
+                return -errno;
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *text = NULL;
+                char path[300];
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof path, "/proc/self/task/%s/children", de->d_name);
+                if (read_file(path, 1024 * 1024, &text, NULL) < 0)
+                        continue;
+                r = 0;
+                for (char *p = text, *end; *p; p = end) {
+                        long pid = strtol(p, &end, 10);
+                        if (end == p)
+                                break;
+                        if (pid > 0 && environ_has((pid_t) pid, tag) && proc_running((pid_t) pid)) {
+                                leftover_kill(lo, (pid_t) pid);
+                                n++;
+                        }
+                }
+        }
+        closedir(d);
+        return r < 0 ? r : n;
+}
+
+/* Without a cgroup, as subreaper: rounds of looking (our children, then every descendant) and killing, until
+ * three rounds in a row find nothing and no recorded group has a member left. */
+static int leftovers_end(const char *tag, usec_t deadline) {
+        Leftovers lo = {};
+        unsigned quiet = 0;
+
+        for (;;) {
+                int found = children_kill(tag, &lo);
+                if (found <= 0)
+                        found = descendants_kill(tag, &lo);
+                if (leftover_groups_kill(&lo) > 0 || found > 0)
+                        quiet = 0;
+                else if (++quiet >= 3)
+                        return (int) lo.n_pids;
+                if (now_usec(CLOCK_MONOTONIC) >= deadline)
+                        return -ETIMEDOUT;
+                if (found <= 0)
+                        (void) usleep(200);
+        }
+}
+
 int limits_end_group(const Limits *l, const char *tag, usec_t timeout) {
         usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
         int n, r;
 
-        n = l->group ? group_procs(l->group, false) : descendants_kill(tag);
+        if (!l->group)
+                return leftovers_end(tag, deadline);
+        n = group_procs(l->group, false);
         if (n <= 0)
                 return n == -ENOENT ? 0 : n; /* ENOENT: its scope is gone with its last process */
         if (l->kill == GROUP_KILL_FREEZE)
                 group_freeze_kill(l->group, deadline);
-        else if (l->group && (l->kill != GROUP_KILL_V2 || group_write(l->group, "cgroup.kill", "1") < 0))
+        else if (l->kill != GROUP_KILL_V2 || group_write(l->group, "cgroup.kill", "1") < 0)
                 (void) group_procs(l->group, true);
-        /* Until they are gone, each round kills again what is left (or, without a cgroup, was reparented
-         * to us since: the children of what we killed). */
+        /* Until they are gone, each round kills again what is left. */
         for (;;) {
-                r = l->group ? group_procs(l->group, true) : descendants_kill(tag);
+                r = group_procs(l->group, true);
                 if (r <= 0)
                         return n;
                 if (now_usec(CLOCK_MONOTONIC) >= deadline)
                         return -ETIMEDOUT;
-                (void) usleep(2000);
+                (void) usleep(200);
         }
 }
 

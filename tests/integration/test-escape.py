@@ -6,6 +6,7 @@ the v1 freezer (with the v2 hierarchy read-only in a mount namespace), and the s
 kernel's KERNELSUP_KERNEL_ID (with every cgroup hierarchy read-only). A way the host cannot offer is a skip
 that says why."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -31,6 +32,22 @@ if pid == 0:
 os.waitpid(pid, 0)
 os.close(w)
 print(int(os.read(r, 32)))
+"""
+
+# A hostile variant: a process that left the group and forks all the time, its parent exiting each time, so
+# its pid changes faster than anyone can list it.
+CHAIN = """
+import os, signal
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    while True:
+        if os.fork() > 0:
+            os._exit(0)
+os.waitpid(pid, 0)
+print(pid)
 """
 
 # Makes the given cgroup mounts read-only in this mount namespace, then becomes kernelsupd.
@@ -69,6 +86,58 @@ def escape(tap, d, ctx, what):
     return pid
 
 
+def group_has_members(pg):
+    try:
+        os.killpg(pg, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def tagged(kernel_id):
+    """Running processes whose environment holds KERNELSUP_KERNEL_ID=kernel_id."""
+    want = f"KERNELSUP_KERNEL_ID={kernel_id}".encode()
+    found = []
+    for pid in harness.all_pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if want in env and harness.alive(pid):
+            found.append(pid)
+    return found
+
+
+def holders(ports):
+    """Who holds the listening sockets of ports (by inode, through every thread's descriptors)."""
+    inodes = {}
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) in ports and fields[3] == "0A":
+                inodes[fields[9]] = int(fields[1].split(":")[1], 16)
+    found = []
+    for pid in harness.all_pids():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/task/{tid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    link = os.readlink(f"/proc/{pid}/task/{tid}/fd/{fd}")
+                except OSError:
+                    continue
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    found.append(f"port {inodes[link[8:-1]]}: {harness.describe(pid)} task {tid}")
+    return "\n".join(found) or f"no holder found for inodes {inodes}"
+
+
 def check_gone(tap, d, pid, ports, what):
     tap.ok(not harness.alive(pid), f"{what}: the escaped process is gone when the command returns",
            harness.describe(pid))
@@ -104,7 +173,24 @@ def scenario(tap, name, kill, launcher=()):
     tap.ok(not harness.alive(pid), f"{name}, restart: the escaped process is gone", harness.describe(pid))
     tap.eq(d.ports(cf), ports, f"{name}, restart: the ports are unchanged",
            repr(d.context("default").get("last_error")))
-    group = (d.context("default").get("limits") or {}).get("group")
+    c2 = d.context("default")
+    r = d.ctl("exec", "default", CHAIN, timeout=60)
+    tap.eq(r.returncode, 0, f"{name}, fork chain: a cell starts a process that forks all the time", r.stderr)
+    pg = int(r.stdout.split()[0])
+    tap.ok(group_has_members(pg), f"{name}, fork chain: it runs (its process group {pg} has members)")
+    r = d.ctl("stop", "default")
+    tap.eq(r.returncode, 0, f"{name}, fork chain: kernelctl stop", r.stderr)
+    left = tagged(c2["kernel_id"])
+    tap.eq(left, [], f"{name}, fork chain: no running process carries the kernel's id when stop returns",
+           "; ".join(harness.describe(p) for p in left))
+    # Its members killed by the daemon may be zombies for a moment, until it reaps them: wait for that.
+    with contextlib.suppress(harness.WaitTimeout):
+        harness.wait_until(lambda: not group_has_members(pg), 10, f"process group {pg} to be empty")
+    tap.ok(not group_has_members(pg), f"{name}, fork chain: its process group is empty (it no longer forks)")
+    busy = [p for p in ports.values() if not harness.port_free(p)]
+    tap.eq(busy, [], f"{name}, fork chain: the five ports are free",
+           holders(ports.values()) if busy else None)
+    group = (c2.get("limits") or {}).get("group")
     d.stop()
     if group:
         tap.ok(not os.path.exists(group), f"{name}: the kernel's cgroup is removed once it is gone", group)
