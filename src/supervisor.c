@@ -76,19 +76,28 @@ int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret,
 /* ---- READY, STATUS and shutdown progress ---- */
 
 /* Why the daemon is degraded, NULL when it is not: "cannot write state file PATH: ERR" of the first
- * context whose state is not on disk, and how many more there are. *ret is newly allocated. */
-static int supervisor_degraded(Supervisor *s, char **ret) {
+ * context whose state is not on disk, and how many more there are. For a peer (NULL: the service manager)
+ * only its own contexts are named: the path holds the name. *ret is newly allocated. */
+static int supervisor_degraded(Supervisor *s, const ControlPeer *peer, char **ret) {
         const char *first = NULL;
         size_t n = 0;
+        bool hidden = false;
 
-        for (size_t i = 0; i < s->n_contexts; i++)
-                if (context_save_error(s->contexts[i]) && n++ == 0)
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                if (!context_save_error(s->contexts[i]))
+                        continue;
+                if (peer && !peer_sees(peer, s->contexts[i]))
+                        hidden = true;
+                else if (n++ == 0)
                         first = context_save_error(s->contexts[i]);
-        if (n == 0) {
-                *ret = NULL;
-                return 0;
         }
-        if (n == 1)
+        *ret = NULL;
+        if (n == 0 && !hidden)
+                return 0;
+        if (n == 0) {
+                if (asprintf(ret, "cannot write state files in %s", s->config->state_dir) < 0)
+                        *ret = NULL;
+        } else if (n == 1)
                 *ret = strdup(first);
         else if (asprintf(ret, "%s (and %zu more contexts unsaved)", first, n - 1) < 0)
                 *ret = NULL;
@@ -113,7 +122,7 @@ static void supervisor_update_status(Supervisor *s) {
                 l += (size_t) snprintf(buf + l, sizeof buf - l, " (shutting down)");
         {
                 _cleanup_free_ char *degraded = NULL;
-                if (supervisor_degraded(s, &degraded) > 0 && l < sizeof buf)
+                if (supervisor_degraded(s, NULL, &degraded) > 0 && l < sizeof buf)
                         snprintf(buf + l, sizeof buf - l, "; degraded: %s", degraded);
         }
 
@@ -152,7 +161,7 @@ static void supervisor_check_shutdown(Supervisor *s) {
 
 /* ---- Waiters ---- */
 
-static json_t *supervisor_to_json(Supervisor *s);
+static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer);
 static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *peer);
 
 static void waiter_close_cb(uv_handle_t *h) {
@@ -251,7 +260,8 @@ static void waiter_step(Supervisor *s, Waiter *w) {
                         w->probing = true;
                 else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
                         waiter_answer(w, 0,
-                                      json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "context",
+                                      json_pack("{s:o, s:o}", "supervisor",
+                                                supervisor_to_json(s, control_request_peer(w->req)), "context",
                                                 context_to_json(w->ctx)),
                                       NULL);
                 return;
@@ -302,7 +312,7 @@ void supervisor_state_changed(Supervisor *s) {
         _cleanup_free_ char *degraded = NULL;
 
         if (s->state_retry.data) {
-                if (supervisor_degraded(s, &degraded) != 0) {
+                if (supervisor_degraded(s, NULL, &degraded) != 0) {
                         if (!uv_is_active((uv_handle_t *) &s->state_retry))
                                 uv_timer_start(&s->state_retry, state_retry_cb, STATE_RETRY_MSEC, STATE_RETRY_MSEC);
                 } else
@@ -559,12 +569,12 @@ static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret
 
 /* ---- Control methods ---- */
 
-static json_t *supervisor_to_json(Supervisor *s) {
+static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer) {
         _cleanup_free_ char *degraded = NULL;
         char ts[64], ts2[64];
         usec_t now = now_usec(CLOCK_REALTIME);
 
-        (void) supervisor_degraded(s, &degraded);
+        (void) supervisor_degraded(s, peer, &degraded);
         return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f, s:i, s:o, s:o}", "pid", (int) getpid(), "version",
                          PACKAGE_VERSION, "generation", (json_int_t) s->sstate.generation, "boot_id",
                          s->sstate.boot_id, "started_at", format_timestamp(ts, sizeof ts, s->sstate.started_at),
@@ -590,7 +600,7 @@ static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *pe
                 for (i = 0; i < s->n_contexts; i++)
                         if (peer_sees(peer, s->contexts[i]))
                                 json_array_append_new(list, context_to_json(s->contexts[i]));
-        return json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "contexts", list);
+        return json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s, peer), "contexts", list);
 }
 
 /* params.contexts, checked: an array of names of contexts the peer may see.

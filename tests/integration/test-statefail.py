@@ -7,8 +7,10 @@ by itself once space is free. A daemon that cannot write supervisor.json refuses
 successor adopts the kernel left running."""
 
 import errno
+import json
 import os
 import signal
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -16,6 +18,7 @@ import harness  # noqa: E402
 
 DEFAULTS = f"argv = {harness.STUB_ARGV}\nbackoff_max = 300ms\nfailed_cooldown = 1s\n"
 NOSPACE = os.strerror(errno.ENOSPC)
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def fill(d):
@@ -36,6 +39,24 @@ def fill(d):
 def ident(d, c):
     info = d.connection_info(c["connection_file"])
     return {k: info[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port", "key")}
+
+
+def as_nobody(tap, d):
+    """Another uid learns that the daemon is degraded, not the names of contexts that are not its own."""
+    if subprocess.run(NOBODY + ["test", "-x", harness.KERNELCTL], capture_output=True).returncode != 0:
+        tap.skip("degraded as nobody", f"nobody cannot execute {harness.KERNELCTL}")
+        return
+    for p in (d.tmp, d.run_dir):
+        os.chmod(p, 0o755)
+    os.chmod(d.socket, 0o666)
+    try:
+        r = d.ctl("status", "--json", prefix=NOBODY)
+        deg = (json.loads(r.stdout or "{}").get("supervisor") or {}).get("degraded")
+        tap.eq(r.returncode, 1, "as nobody: status exits 1 while degraded", r.stderr)
+        tap.eq(deg, f"cannot write state files in {d.state_dir}",
+               "as nobody: degraded names the state directory, not another user's context")
+    finally:
+        os.chmod(d.socket, 0o660)
 
 
 def new_daemon(tap):
@@ -74,6 +95,7 @@ def test_full_then_restart(tap):
     harness.wait_until(d.statuses, 10, "a STATUS= saying degraded",
                        check=lambda st: any("degraded: cannot write state file" in x for x in st))
     tap.ok(True, "STATUS= says degraded and why")
+    as_nobody(tap, d)
 
     r = d.ctl("add", "full1")
     tap.eq(r.returncode, 0, "add full1 writes its config file (not on the full disk)", r.stderr)
