@@ -191,6 +191,26 @@ def scenario(tap, name, kill, launcher=()):
     tap.eq(busy, [], f"{name}, fork chain: the five ports are free",
            holders(ports.values()) if busy else None)
     group = (c2.get("limits") or {}).get("group")
+
+    # An adopted kernel (after kill -9 of the daemon) keeps its cgroup, and it is ended the same way.
+    if kill == "subreaper":
+        tap.skip(f"{name}: an adopted kernel's leftovers", "an adopted kernel is not the daemon's descendant: "
+                 "without a cgroup what it leaves goes to its own reaper, out of the daemon's reach")
+    else:
+        r = d.ctl("start", "default")
+        tap.eq(r.returncode, 0, f"{name}: kernelctl start", r.stderr)
+        c3 = d.context("default")
+        d.kill9()
+        d.start()
+        c4 = d.wait_state("default", "ready")
+        lim3, lim4 = c3.get("limits") or {}, c4.get("limits") or {}
+        tap.eq((c4["pid"], lim4.get("group"), lim4.get("group_kill")), (c3["pid"], lim3.get("group"), kill),
+               f"{name}: the adopted kernel keeps its cgroup", repr(lim4))
+        pid = escape(tap, d, "default", f"{name}, adopted")
+        r = d.ctl("stop", "default")
+        tap.eq(r.returncode, 0, f"{name}, adopted: kernelctl stop", r.stderr)
+        check_gone(tap, d, pid, ports, f"{name}, adopted")
+        group = lim4.get("group")
     d.stop()
     if group:
         tap.ok(not os.path.exists(group), f"{name}: the kernel's cgroup is removed once it is gone", group)
