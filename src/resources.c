@@ -485,29 +485,37 @@ static void group_place(const char *name, pid_t pid, Limits *l) {
 
 /* ---- Ending what a kernel left behind ---- */
 
-/* The state letter and parent of pid from /proc/PID/stat; -ESRCH when it is gone. */
-static int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid) {
-        _cleanup_free_ char *s = NULL;
-        char path[64], *p;
-        int ppid;
+/* The state letter, parent and process group of pid from /proc/PID/stat; -ESRCH when it is gone. Without
+ * allocating: it runs in a tight loop (see children_kill()). */
+static int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, pid_t *ret_pgid) {
+        _cleanup_close_ int fd = -1;
+        char path[64], s[1024], *p;
+        int ppid, pgid;
+        ssize_t n;
 
         snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-        if (read_file(path, 4096, &s, NULL) < 0)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
                 return -ESRCH;
+        n = read(fd, s, sizeof s - 1);
+        if (n <= 0)
+                return -ESRCH;
+        s[n] = '\0';
         /* The command name may hold spaces and parentheses: the fields follow the last ')'. */
         p = strrchr(s, ')');
-        if (!p || sscanf(p + 1, " %c %d", ret_state, &ppid) != 2)
+        if (!p || sscanf(p + 1, " %c %d %d", ret_state, &ppid, &pgid) != 3)
                 return -EIO;
         *ret_ppid = ppid;
+        *ret_pgid = pgid;
         return 0;
 }
 
 /* Running, not a zombie: a zombie has closed its sockets already. */
 static bool proc_running(pid_t pid) {
         char st;
-        pid_t ppid;
+        pid_t ppid, pgid;
 
-        return proc_state(pid, &st, &ppid) >= 0 && st != 'Z';
+        return proc_state(pid, &st, &ppid, &pgid) >= 0 && st != 'Z';
 }
 
 /* SIGKILLs (kill) or counts the running processes that dir/cgroup.procs lists. -errno when unreadable. */
@@ -560,8 +568,8 @@ static void group_freeze_kill(const char *dir, usec_t deadline) {
 static bool descends_from(pid_t pid, pid_t ancestor) {
         for (int depth = 0; depth < 64 && pid > 0; depth++) {
                 char st;
-                pid_t ppid;
-                if (proc_state(pid, &st, &ppid) < 0)
+                pid_t ppid, pgid;
+                if (proc_state(pid, &st, &ppid, &pgid) < 0)
                         return false;
                 if (ppid == ancestor)
                         return true;
@@ -570,21 +578,40 @@ static bool descends_from(pid_t pid, pid_t ancestor) {
         return false;
 }
 
-/* Whether the environment pid started with holds the entry tag ("K=V"). One over 100 KiB is not read (that
- * keeps the buffer below malloc's mmap threshold: this runs in a tight loop against a process that forks all
- * the time); a kernel's own is a few KiB. */
+/* Whether the environment pid started with holds the entry tag ("K=V"). Read in pieces into a buffer on the
+ * stack (it runs in a tight loop against a process that forks all the time), at most 1 MiB. */
 static bool environ_has(pid_t pid, const char *tag) {
-        _cleanup_free_ char *env = NULL;
-        char path[64];
-        size_t size, n = strlen(tag) + 1; /* with its NUL */
+        _cleanup_close_ int fd = -1;
+        char path[64], buf[8192], needle[192];
+        size_t k = strlen(tag), nlen = k + 2, have = 1, total = 0;
 
-        snprintf(path, sizeof path, "/proc/%d/environ", (int) pid);
-        if (read_file(path, 100 * 1024, &env, &size) < 0)
+        if (nlen > sizeof needle)
                 return false;
-        for (size_t i = 0; i + n <= size + 1; i += strlen(env + i) + 1)
-                if (memcmp(env + i, tag, n) == 0)
+        /* "\0K=V\0": entries end in a NUL, and the first one follows a NUL put in front. */
+        needle[0] = '\0';
+        memcpy(needle + 1, tag, k);
+        needle[k + 1] = '\0';
+        snprintf(path, sizeof path, "/proc/%d/environ", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        buf[0] = '\0';
+        for (;;) {
+                ssize_t n = read(fd, buf + have, sizeof buf - have);
+                size_t keep;
+                if (n <= 0)
+                        return false;
+                have += (size_t) n;
+                total += (size_t) n;
+                if (memmem(buf, have, needle, nlen))
                         return true;
-        return false;
+                if (total > 1024 * 1024)
+                        return false;
+                /* A match may straddle two reads: keep what could be its start. */
+                keep = have < nlen - 1 ? have : nlen - 1;
+                memmove(buf, buf + have - keep, keep);
+                have = keep;
+        }
 }
 
 /* Without a cgroup: what was found of a kernel's leftovers so far. Their process groups are what is killed:
@@ -675,9 +702,14 @@ static int children_kill(const char *tag, Leftovers *lo) {
                 r = 0;
                 for (char *p = text, *end; *p; p = end) {
                         long pid = strtol(p, &end, 10);
+                        char st;
+                        pid_t ppid, pgid;
                         if (end == p)
                                 break;
-                        if (pid > 0 && environ_has((pid_t) pid, tag) && proc_running((pid_t) pid)) {
+                        /* Zombies stay in the list until reaped: skipped at the cost of one read. */
+                        if (pid <= 0 || proc_state((pid_t) pid, &st, &ppid, &pgid) < 0 || st == 'Z')
+                                continue;
+                        if (environ_has((pid_t) pid, tag)) {
                                 leftover_kill(lo, (pid_t) pid);
                                 n++;
                         }
