@@ -57,6 +57,12 @@ struct Context {
         Limits limits;          /* where the kernel's limits come from, its OOM counter */
         char *pending_error;    /* why the current launch failed, set before its exit */
         char *save_error;       /* why st is not on disk (the last save failed); NULL when it is */
+        bool conn_saved;        /* st's ports and key are on disk as they are now */
+        struct {
+                char kernel_id[37];
+                uint64_t incarnation;
+                unsigned restarts;
+        } prev;                 /* the identity before this launch, taken back when it is not launched */
 
         uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
         uv_timer_t info_timer;  /* kernel_info resend while starting; backoff reset while ready */
@@ -139,6 +145,7 @@ static int context_save(Context *c) {
         _cleanup_free_ char *msg = NULL;
 
         if (r >= 0) {
+                c->conn_saved = true;
                 if (!c->save_error)
                         return r;
                 log_notice("%s: state saved to %s/contexts/%s.json again", c->name, c->sup->config->state_dir,
@@ -715,6 +722,7 @@ static int context_prepare_ports(Context *c, char **ret_note) {
                 if (r < 0)
                         return r;
                 c->st.has_conn = true;
+                c->conn_saved = false;
                 return 0;
         }
         for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
@@ -740,6 +748,7 @@ static int context_prepare_ports(Context *c, char **ret_note) {
                          channel_to_string(ch), port, in_range ? "was in use" : "is outside port_range",
                          fresh[used]);
                 c->st.conn.ports[ch] = fresh[used++];
+                c->conn_saved = false;
         }
         if (used > 0)
                 *ret_note = strdup(note);
@@ -780,28 +789,36 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
         return 0;
 }
 
-/* Write ahead: the new kernel's identity (incarnation, kernel_id) with its ports and key is on disk
- * before anything is published or launched, so an incarnation is never handed out twice and a connection
- * file never names ports or a key the next daemon would not know. When the write fails the identity is
- * taken back (nothing ran under it); ports and key stay in memory for the next attempt, never made anew. */
+/* A launch that did not happen takes its identity back: nothing ran under it. */
+static void context_identity_undo(Context *c) {
+        memcpy(c->st.kernel_id, c->prev.kernel_id, sizeof c->st.kernel_id);
+        c->st.incarnation = c->prev.incarnation;
+        c->st.restarts = c->prev.restarts;
+        c->st.pid = 0;
+}
+
+/* Write ahead: a new kernel's identity (incarnation, kernel_id), ports and key are on disk before anything
+ * is published or launched, so an incarnation is never handed out twice and a connection file never names
+ * ports or a key the next daemon would not know. New or moved ports and key are written here, before the
+ * connection file; otherwise the write of the pid before exec (context_place) carries the new identity,
+ * one write per launch. When a write fails the identity is taken back; ports and key stay in memory for
+ * the next attempt, never made anew. */
 static int context_persist_identity(Context *c) {
-        char kernel_id[sizeof c->st.kernel_id];
-        uint64_t incarnation = c->st.incarnation;
-        unsigned restarts = c->st.restarts;
         int r;
 
-        memcpy(kernel_id, c->st.kernel_id, sizeof kernel_id);
+        memcpy(c->prev.kernel_id, c->st.kernel_id, sizeof c->prev.kernel_id);
+        c->prev.incarnation = c->st.incarnation;
+        c->prev.restarts = c->st.restarts;
         uuid_random(c->st.kernel_id);
         if (c->st.incarnation > 0)
                 c->st.restarts++;
         c->st.incarnation++;
         c->st.pid = 0;
+        if (c->conn_saved)
+                return 0;
         r = context_save(c);
-        if (r < 0) {
-                memcpy(c->st.kernel_id, kernel_id, sizeof kernel_id);
-                c->st.incarnation = incarnation;
-                c->st.restarts = restarts;
-        }
+        if (r < 0)
+                context_identity_undo(c);
         return r;
 }
 
@@ -818,7 +835,7 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
         c->st.started_at = now_usec(CLOCK_REALTIME);
         r = context_save(c);
         if (r < 0) {
-                c->st.pid = 0;
+                context_identity_undo(c);
                 if (asprintf(ret_error, "not launched: %s", c->save_error ?: strerror(-r)) < 0)
                         *ret_error = NULL;
                 return r;
@@ -1042,6 +1059,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         c->state = CONTEXT_STOPPED;
 
         r = context_state_load(s->state_dirfd, c->name, &c->st);
+        c->conn_saved = r >= 0;
         if (r == -EBADMSG || r == -EFBIG) {
                 char from[300], to[320];
                 snprintf(from, sizeof from, "contexts/%s.json", c->name);
