@@ -30,6 +30,8 @@
  * subscribed yet, so a reply alone does not make the kernel ready (each
  * request makes the kernel publish its busy/idle status). */
 #define KERNEL_INFO_RESEND_MSEC 250
+/* How long the loop waits for a kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
+#define LEFTOVER_WAIT_USEC (2 * USEC_PER_SEC)
 
 /* status's transport_note for a kernel on tcp. */
 #define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
@@ -57,6 +59,13 @@ struct Context {
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         Limits limits;          /* where the kernel's limits come from, its OOM counter */
         char *pending_error;    /* why the current launch failed, set before its exit */
+        char *save_error;       /* why st is not on disk (the last save failed); NULL when it is */
+        bool conn_saved;        /* st's ports and key are on disk as they are now */
+        struct {
+                char kernel_id[37];
+                uint64_t incarnation;
+                unsigned restarts;
+        } prev;                 /* the identity before this launch, taken back when it is not launched */
 
         uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
         uv_timer_t info_timer;  /* kernel_info resend while starting; backoff reset while ready */
@@ -86,7 +95,8 @@ bool context_autostart(const Context *c) {
         return c->cfg->autostart;
 }
 const char *context_last_error(const Context *c) {
-        return c->st.last_error;
+        /* A state that is not on disk matters more than why the last kernel ended (which the log keeps). */
+        return c->save_error ?: c->st.last_error;
 }
 
 uid_t context_uid(const Context *c) {
@@ -131,12 +141,41 @@ static void context_set_error(Context *c, const char *msg) {
         c->st.last_error = msg ? strdup(msg) : NULL;
 }
 
-static void context_save(Context *c) {
+/* Writes st to disk. A failure is kept in save_error (status shows it as last_error, the supervisor as
+ * degraded and retries on a timer); logged once per change, not at every retry. */
+static int context_save(Context *c) {
         int r = context_state_save(c->sup->state_dirfd, c->name, &c->st);
+        _cleanup_free_ char *msg = NULL;
 
-        if (r < 0)
-                log_error_errno(r, "%s: failed to save state to %s/contexts/%s.json: %m", c->name,
-                                c->sup->config->state_dir, c->name);
+        if (r >= 0) {
+                c->conn_saved = true;
+                if (!c->save_error)
+                        return r;
+                log_notice("%s: state saved to %s/contexts/%s.json again", c->name, c->sup->config->state_dir,
+                           c->name);
+                free(c->save_error);
+                c->save_error = NULL;
+                supervisor_state_changed(c->sup);
+                return r;
+        }
+        if (asprintf(&msg, "cannot write state file %s/contexts/%s.json: %s", c->sup->config->state_dir, c->name,
+                     strerror(-r)) < 0)
+                return r;
+        if (!streq_ptr(msg, c->save_error)) {
+                log_error("%s: %s", c->name, msg);
+                free(c->save_error);
+                c->save_error = TAKE_PTR(msg);
+                supervisor_state_changed(c->sup);
+        }
+        return r;
+}
+
+const char *context_save_error(const Context *c) {
+        return c->save_error;
+}
+
+int context_save_retry(Context *c) {
+        return c->save_error ? context_save(c) : 0;
 }
 
 static void context_launch(Context *c);
@@ -500,6 +539,29 @@ static void context_remove_sockets(Context *c) {
                 log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's sockets");
 }
 
+/* The last step of every stop and exit: what the kernel left behind outside its process group (a cell's
+ * process that forked, setsid()s and ignores SIGTERM) would hold its ports, and the next launch would move
+ * them. Everything in its cgroup is ended, or without one, what we inherited from it as subreaper. */
+static void context_end_group(Context *c) {
+        static const char *const how[] = {
+                [GROUP_KILL_NONE] = "as subreaper",
+                [GROUP_KILL_V2] = "cgroup.kill",
+                [GROUP_KILL_FREEZE] = "cgroup freezer",
+                [GROUP_KILL_PROCS] = "cgroup.procs",
+        };
+        char tag[96];
+        int r;
+
+        snprintf(tag, sizeof tag, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
+        r = limits_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
+        if (r > 0)
+                log_notice("%s: ended %d process%s kernel %s left behind (%s)", c->name, r, r == 1 ? "" : "es",
+                           c->st.kernel_id, how[c->limits.kill]);
+        else if (r < 0)
+                log_warning_errno(r, "%s: processes kernel %s left behind in %s are not gone: %m", c->name,
+                                  c->st.kernel_id, c->limits.group ?: "no cgroup");
+}
+
 /* The kernel (our child, or an adopted process) has exited: pidfd readable.
  * Ends what is left of its process group before reaping the leader, so its
  * pid (the group id) cannot be reused in between. */
@@ -529,6 +591,7 @@ static void context_handle_exit(Context *c) {
         /* Its memory cgroup (watched since launch) says whether the OOM killer did it. */
         if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && limits_oom_killed(&c->limits))
                 c->st.last_exit.oom = true;
+        context_end_group(c);
         limits_release(&c->limits);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
@@ -695,6 +758,7 @@ static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
                          channel_to_string(ch), port, in_range ? "was in use" : "is outside port_range",
                          fresh[used]);
                 c->st.conn.ports[ch] = fresh[used++];
+                c->conn_saved = false;
         }
         if (used > 0)
                 *ret_note = strdup(note);
@@ -705,6 +769,7 @@ static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
  * configuration asks for now, on its stable ports or socket paths. */
 static int context_prepare_conn(Context *c, char **ret_note) {
         bool had_tcp = c->st.has_conn && c->st.conn.transport == TRANSPORT_TCP;
+        ConnectionInfo before = c->st.conn;
         int r;
 
         if (!c->st.has_conn) {
@@ -718,6 +783,9 @@ static int context_prepare_conn(Context *c, char **ret_note) {
                 r = context_prepare_ports(c, had_tcp, ret_note);
         if (r < 0)
                 return r;
+        /* Whatever changed (a new key, another transport, moved ports) goes to disk before a kernel uses it. */
+        if (!c->st.has_conn || memcmp(&before, &c->st.conn, sizeof before) != 0)
+                c->conn_saved = false;
         c->st.has_conn = true;
         return 0;
 }
@@ -758,11 +826,59 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
         return 0;
 }
 
-/* The forked kernel waits before exec: put it under its limits and learn its OOM counter. */
-static void context_place(pid_t pid, void *userdata) {
-        Context *c = userdata;
+/* A launch that did not happen takes its identity back: nothing ran under it. */
+static void context_identity_undo(Context *c) {
+        memcpy(c->st.kernel_id, c->prev.kernel_id, sizeof c->st.kernel_id);
+        c->st.incarnation = c->prev.incarnation;
+        c->st.restarts = c->prev.restarts;
+        c->st.pid = 0;
+}
 
+/* Write ahead: a new kernel's identity (incarnation, kernel_id), ports and key are on disk before anything
+ * is published or launched, so an incarnation is never handed out twice and a connection file never names
+ * ports or a key the next daemon would not know. New or moved ports and key are written here, before the
+ * connection file; otherwise the write of the pid before exec (context_place) carries the new identity,
+ * one write per launch. When a write fails the identity is taken back; ports and key stay in memory for
+ * the next attempt, never made anew. */
+static int context_persist_identity(Context *c) {
+        int r;
+
+        memcpy(c->prev.kernel_id, c->st.kernel_id, sizeof c->prev.kernel_id);
+        c->prev.incarnation = c->st.incarnation;
+        c->prev.restarts = c->st.restarts;
+        uuid_random(c->st.kernel_id);
+        if (c->st.incarnation > 0)
+                c->st.restarts++;
+        c->st.incarnation++;
+        c->st.pid = 0;
+        if (c->conn_saved)
+                return 0;
+        r = context_save(c);
+        if (r < 0)
+                context_identity_undo(c);
+        return r;
+}
+
+/* The forked kernel waits before exec. Its pid goes to disk first, so that a kernel that runs can always
+ * be adopted by the next daemon (none is ever orphaned); when that write fails it never execs. Then it
+ * is put under its limits, in a cgroup of its own where the system allows. */
+static int context_place(pid_t pid, void *userdata, char **ret_error) {
+        Context *c = userdata;
+        int r;
+
+        c->st.pid = pid;
+        (void) proc_pid_starttime(pid, &c->st.pid_starttime);
+        memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
+        c->st.started_at = now_usec(CLOCK_REALTIME);
+        r = context_save(c);
+        if (r < 0) {
+                context_identity_undo(c);
+                if (asprintf(ret_error, "not launched: %s", c->save_error ?: strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
         (void) limits_apply(c->cfg, c->name, pid, &c->limits);
+        return 0;
 }
 
 static void context_launch(Context *c) {
@@ -809,14 +925,15 @@ static void context_launch(Context *c) {
         }
         if (note)
                 log_warning("%s: %s", c->name, note);
+        r = context_persist_identity(c);
+        if (r < 0) {
+                char msg[600];
+                snprintf(msg, sizeof msg, "not launched: %s", c->save_error ?: strerror(-r));
+                return context_launch_failed(c, msg);
+        }
         r = context_write_files(c, &kfile, &err);
         if (r < 0)
                 return context_launch_failed(c, err ?: strerror(-r));
-
-        uuid_random(c->st.kernel_id);
-        if (c->st.incarnation > 0)
-                c->st.restarts++;
-        c->st.incarnation++;
 
         r = context_config_expand_argv(c->cfg, kfile, &argv);
         if (r < 0)
@@ -854,15 +971,10 @@ static void context_launch(Context *c) {
                 return context_launch_failed(c, err ?: strerror(-r));
         }
 
-        c->st.pid = c->pid;
         if (limits_wanted(c->cfg) && c->limits.note)
                 log_warning("%s: %s", c->name, c->limits.note);
-        (void) proc_pid_starttime(c->pid, &c->st.pid_starttime);
-        memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
-        c->st.started_at = now_usec(CLOCK_REALTIME);
         /* The note about moved ports stays as last_error once the kernel is ready. */
         c->pending_error = TAKE_PTR(note);
-        context_save(c);
 
         c->pid_poll = malloc(sizeof(uv_poll_t));
         if (!c->pid_poll || uv_poll_init(c->sup->loop, c->pid_poll, c->pidfd) < 0) {
@@ -999,6 +1111,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         c->state = CONTEXT_STOPPED;
 
         r = context_state_load(s->state_dirfd, c->name, &c->st);
+        c->conn_saved = r >= 0;
         if (r == -EBADMSG || r == -EFBIG) {
                 char from[300], to[320];
                 snprintf(from, sizeof from, "contexts/%s.json", c->name);
@@ -1144,6 +1257,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
         limits_release(&c->limits);
         context_config_free(c->cfg);
         free(c->pending_error);
+        free(c->save_error);
         free(c->name);
         free(c);
 }
@@ -1211,7 +1325,7 @@ json_t *context_to_json(const Context *c) {
                          running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6)
                                                             : json_null(),
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
-                         c->st.last_error ? json_string(c->st.last_error) : json_null(), "execution_count",
+                         context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
                          count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
                          "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits),
                          "transport", transport_to_string(transport), "transport_note",

@@ -64,7 +64,11 @@ ContextStateKind context_state(const Context *c);
 pid_t context_pid(const Context *c);
 uid_t context_uid(const Context *c); /* the uid its kernel runs as */
 bool context_autostart(const Context *c);
+/* Why the context's state is not on disk (a failed write), else its last failure; NULL when neither. */
 const char *context_last_error(const Context *c);
+/* Why its state is not on disk, NULL when it is; and writing it again (0 when there was nothing to write). */
+const char *context_save_error(const Context *c);
+int context_save_retry(Context *c);
 
 /* A child the supervisor's SIGCHLD scan saw exit (not yet reaped): when it is
  * this context's kernel, handles the exit (reaping it) and returns true. */

@@ -66,7 +66,8 @@ static void help(void) {
                "Query and control kernelsupd, the supervisor of Jupyter kernels.\n"
                "\n"
                "Commands:\n"
-               "  status [CTX...]      state of the daemon and its contexts\n"
+               "  status [CTX...]      state of the daemon and its contexts (exit 1 unless\n"
+               "                       all are up and the daemon is not degraded)\n"
                "  exec CTX [CODE|-]    run a cell in the context's kernel (code from stdin\n"
                "                       without CODE or with -) and print its outputs\n"
                "  interrupt CTX        interrupt the cell running in a context\n"
@@ -559,6 +560,7 @@ static int validate_contexts(char **args, unsigned n_args) {
 
 static int cmd_status(const Options *o, char **args, unsigned n_args) {
         json_auto_t *params = NULL, *result = NULL;
+        const char *degraded;
         const json_t *contexts;
         size_t i;
         const json_t *ctx;
@@ -586,9 +588,17 @@ static int cmd_status(const Options *o, char **args, unsigned n_args) {
         if (!json_is_object(result) || !json_is_array(contexts))
                 return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
 
+        degraded = object_string(json_object_get(result, "supervisor"), "degraded");
+        if (degraded && !o->json) {
+                _cleanup_free_ char *shown = sanitize(degraded, false);
+                printf("kernelsupd is degraded: %s\n", shown ?: "?");
+        }
         r = o->json ? print_json(result) : print_status_table(contexts);
         if (r != EXIT_OK)
                 return r;
+        /* A state that is not on disk is lost at the next crash: not a state to call healthy. */
+        if (degraded)
+                return EXIT_FAILED;
         json_array_foreach(contexts, i, ctx) {
                 if (!state_is_up(object_string(ctx, "state")))
                         return EXIT_FAILED;

@@ -6,7 +6,14 @@
  *   2. without systemd (or when its limits are not enforced), as root: a
  *      sub-cgroup of the daemon's own (v1 memory/cpu/pids, or v2);
  *   3. else for memory: RLIMIT_AS, a soft cap (address space, not RSS).
- * status says per context which mechanism applies, or that none does. */
+ * status says per context which mechanism applies, or that none does.
+ *
+ * Every kernel, limits or not, also goes into a cgroup of its own where the
+ * system allows (its scope or sub-cgroup, else a sub-cgroup of the daemon's
+ * in the v2 hierarchy, else in the v1 freezer), so that what it leaves behind
+ * (a cell's process that forked, setsid()s and ignores SIGTERM) is ended with
+ * it; where no cgroup is possible, its descendants that the daemon inherited
+ * as subreaper are found by the kernel's KERNELSUP_KERNEL_ID. */
 #pragma once
 
 #include <jansson.h>
@@ -22,11 +29,21 @@ typedef enum LimitsMechanism {
         LIMITS_RLIMIT,
 } LimitsMechanism;
 
+/* How the processes of a kernel's own cgroup are ended. */
+typedef enum GroupKill {
+        GROUP_KILL_NONE,   /* no cgroup of its own: the subreaper's search */
+        GROUP_KILL_V2,     /* cgroup.kill (cgroup v2, Linux 5.14), else cgroup.procs */
+        GROUP_KILL_FREEZE, /* v1 freezer: freeze, SIGKILL each, thaw */
+        GROUP_KILL_PROCS,  /* SIGKILL what cgroup.procs lists until it is empty */
+} GroupKill;
+
 typedef struct Limits {
         LimitsMechanism mechanism;
         bool memory, cpu, tasks; /* verified in place */
         char *unit;              /* the systemd scope */
-        char *dirs[3];           /* sub-cgroups we made, removed at release */
+        char *dirs[5];           /* sub-cgroups we made, removed at release */
+        char *group;             /* a cgroup that holds this kernel and its descendants only; NULL when none */
+        GroupKill kill;          /* how group is ended */
         char *oom_path;          /* the kernel's memory cgroup counter (memory.events / memory.oom_control) */
         /* Kept open from launch: systemd removes a scope's cgroup as soon as its last process is gone, so the
          * counter must be read through descriptors taken before. */
@@ -51,9 +68,18 @@ void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
 /* Whether the OOM killer acted in the kernel's memory cgroup since launch (after its SIGKILL). */
 bool limits_oom_killed(const Limits *l);
 
+/* Ends every process the kernel left behind (after the kernel itself has
+ * exited): everything in its cgroup, or without one, every descendant of
+ * the daemon whose environment holds tag ("KERNELSUP_KERNEL_ID=..."). Waits
+ * up to timeout for them to be gone, so their sockets are closed. Returns how
+ * many processes it ended (0: none), -ETIMEDOUT when some were still there. */
+int limits_end_group(const Limits *l, const char *tag, usec_t timeout);
+
 /* After the kernel has exited: removes the sub-cgroups we made, frees. */
 void limits_release(Limits *l);
 
 /* {"mechanism": "systemd-scope"|"cgroup"|"rlimit"|"none", "memory_max": N|null, "cpu_quota": "50%"|null,
- *  "tasks_max": N|null, "enforced": [names], "not_enforced": [names], "note": str|null} */
+ *  "tasks_max": N|null, "enforced": [names], "not_enforced": [names], "note": str|null,
+ *  "group": the kernel's own cgroup directory|null,
+ *  "group_kill": "cgroup.kill"|"freezer"|"cgroup.procs"|"subreaper"} */
 json_t *limits_to_json(const ContextConfig *cc, const Limits *l);

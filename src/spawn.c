@@ -314,7 +314,15 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                 return -e;
         }
         if (p->prepare) {
-                p->prepare(pid, p->userdata);
+                int r = p->prepare(pid, p->userdata, ret_error);
+                if (r < 0) {
+                        /* Without its byte the child exits before exec; SIGKILL makes sure. */
+                        close(gopipe[1]);
+                        close(errpipe[0]);
+                        (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
+                        (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);
+                        return r;
+                }
                 (void) !write(gopipe[1], "g", 1);
                 close(gopipe[1]);
         }

@@ -42,9 +42,11 @@ typedef struct SpawnParams {
         const char *cwd;    /* NULL: "/" */
         const SpawnUser *user;
         int stdout_fd;      /* the child's stdout and stderr; stdin is /dev/null */
-        /* Called in the parent while the child waits just before exec (to place
-         * it in a cgroup); may be NULL. */
-        void (*prepare)(pid_t pid, void *userdata);
+        /* Called in the parent while the child waits just before exec (to record
+         * its pid, to place it in a cgroup); may be NULL. A negative errno
+         * refuses the launch: the child never execs, and *ret_error (may be
+         * left NULL) says why. */
+        int (*prepare)(pid_t pid, void *userdata, char **ret_error);
         void *userdata;
 } SpawnParams;
 
@@ -53,5 +55,6 @@ typedef struct SpawnParams {
  * succeed or fail (a CLOEXEC pipe reports the child's errno). On an exec
  * failure returns the negative errno and sets *ret_error to a sentence
  * naming the step ("exec /x/python3: No such file or directory"); the child
- * has been reaped then. */
+ * has been reaped then. When prepare refuses, returns its error and its
+ * *ret_error, the child killed and reaped before it could exec. */
 int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error);

@@ -21,6 +21,8 @@
 /* After the last kernel's stop_timeout, a shutdown that still waits is stuck:
  * this much later everything left is killed. */
 #define SHUTDOWN_GRACE_MSEC 5000
+/* While a state file cannot be written (a full disk), how often every unsaved one is tried again. */
+#define STATE_RETRY_MSEC 2000
 
 /* A control request waiting for something to happen. */
 typedef enum WaitFor {
@@ -73,6 +75,35 @@ int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret,
 
 /* ---- READY, STATUS and shutdown progress ---- */
 
+/* Why the daemon is degraded, NULL when it is not: "cannot write state file PATH: ERR" of the first
+ * context whose state is not on disk, and how many more there are. For a peer (NULL: the service manager)
+ * only its own contexts are named: the path holds the name. *ret is newly allocated. */
+static int supervisor_degraded(Supervisor *s, const ControlPeer *peer, char **ret) {
+        const char *first = NULL;
+        size_t n = 0;
+        bool hidden = false;
+
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                if (!context_save_error(s->contexts[i]))
+                        continue;
+                if (peer && !peer_sees(peer, s->contexts[i]))
+                        hidden = true;
+                else if (n++ == 0)
+                        first = context_save_error(s->contexts[i]);
+        }
+        *ret = NULL;
+        if (n == 0 && !hidden)
+                return 0;
+        if (n == 0) {
+                if (asprintf(ret, "cannot write state files in %s", s->config->state_dir) < 0)
+                        *ret = NULL;
+        } else if (n == 1)
+                *ret = strdup(first);
+        else if (asprintf(ret, "%s (and %zu more contexts unsaved)", first, n - 1) < 0)
+                *ret = NULL;
+        return *ret ? 1 : -ENOMEM;
+}
+
 static void supervisor_update_status(Supervisor *s) {
         unsigned count[_CONTEXT_STATE_MAX] = { 0 };
         char buf[512];
@@ -88,7 +119,12 @@ static void supervisor_update_status(Supervisor *s) {
                 l += (size_t) snprintf(buf + l, sizeof buf - l, ", %u %s", count[st], context_state_to_string(st));
         }
         if (s->stopping && l < sizeof buf)
-                snprintf(buf + l, sizeof buf - l, " (shutting down)");
+                l += (size_t) snprintf(buf + l, sizeof buf - l, " (shutting down)");
+        {
+                _cleanup_free_ char *degraded = NULL;
+                if (supervisor_degraded(s, NULL, &degraded) > 0 && l < sizeof buf)
+                        snprintf(buf + l, sizeof buf - l, "; degraded: %s", degraded);
+        }
 
         if (!s->ready_sent) {
                 /* Ready once every autostart context is ready or has failed. */
@@ -125,7 +161,7 @@ static void supervisor_check_shutdown(Supervisor *s) {
 
 /* ---- Waiters ---- */
 
-static json_t *supervisor_to_json(Supervisor *s);
+static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer);
 static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *peer);
 
 static void waiter_close_cb(uv_handle_t *h) {
@@ -224,7 +260,8 @@ static void waiter_step(Supervisor *s, Waiter *w) {
                         w->probing = true;
                 else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
                         waiter_answer(w, 0,
-                                      json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "context",
+                                      json_pack("{s:o, s:o}", "supervisor",
+                                                supervisor_to_json(s, control_request_peer(w->req)), "context",
                                                 context_to_json(w->ctx)),
                                       NULL);
                 return;
@@ -262,6 +299,26 @@ void supervisor_context_heartbeat(Supervisor *s, Context *c) {
                 if (w->ctx == c && w->want == WAIT_PROBE)
                         waiter_step(s, w);
         }
+}
+
+static void state_retry_cb(uv_timer_t *t) {
+        Supervisor *s = t->data;
+
+        for (size_t i = 0; i < s->n_contexts; i++)
+                (void) context_save_retry(s->contexts[i]);
+}
+
+void supervisor_state_changed(Supervisor *s) {
+        _cleanup_free_ char *degraded = NULL;
+
+        if (s->state_retry.data) {
+                if (supervisor_degraded(s, NULL, &degraded) != 0) {
+                        if (!uv_is_active((uv_handle_t *) &s->state_retry))
+                                uv_timer_start(&s->state_retry, state_retry_cb, STATE_RETRY_MSEC, STATE_RETRY_MSEC);
+                } else
+                        uv_timer_stop(&s->state_retry);
+        }
+        supervisor_update_status(s);
 }
 
 void supervisor_context_changed(Supervisor *s, Context *c) {
@@ -512,17 +569,20 @@ static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret
 
 /* ---- Control methods ---- */
 
-static json_t *supervisor_to_json(Supervisor *s) {
+static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer) {
+        _cleanup_free_ char *degraded = NULL;
         char ts[64], ts2[64];
         usec_t now = now_usec(CLOCK_REALTIME);
 
-        return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f, s:i, s:o}", "pid", (int) getpid(), "version",
+        (void) supervisor_degraded(s, peer, &degraded);
+        return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f, s:i, s:o, s:o}", "pid", (int) getpid(), "version",
                          PACKAGE_VERSION, "generation", (json_int_t) s->sstate.generation, "boot_id",
                          s->sstate.boot_id, "started_at", format_timestamp(ts, sizeof ts, s->sstate.started_at),
                          "uptime", now > s->sstate.started_at ? (double) (now - s->sstate.started_at) / 1e6 : 0.0,
                          "resumes", (int) s->resumes, "last_resume_at",
                          s->last_resume_at ? json_string(format_timestamp(ts2, sizeof ts2, s->last_resume_at))
-                                           : json_null());
+                                           : json_null(),
+                         "degraded", degraded ? json_string(degraded) : json_null());
 }
 
 /* {"supervisor", "contexts"} for the named contexts (NULL or empty: all the peer sees). */
@@ -540,7 +600,7 @@ static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *pe
                 for (i = 0; i < s->n_contexts; i++)
                         if (peer_sees(peer, s->contexts[i]))
                                 json_array_append_new(list, context_to_json(s->contexts[i]));
-        return json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s), "contexts", list);
+        return json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s, peer), "contexts", list);
 }
 
 /* params.contexts, checked: an array of names of contexts the peer may see.
@@ -1138,6 +1198,13 @@ static void supervisor_finish(Supervisor *s) {
         uv_close((uv_handle_t *) &s->tick, NULL);
         uv_timer_stop(&s->retire_timer);
         uv_close((uv_handle_t *) &s->retire_timer, NULL);
+        uv_timer_stop(&s->state_retry);
+        uv_close((uv_handle_t *) &s->state_retry, NULL);
+        s->state_retry.data = NULL;
+        for (size_t i = 0; i < s->n_contexts; i++)
+                if (context_save_error(s->contexts[i]))
+                        log_warning("%s: exiting with its state unsaved: %s", context_name(s->contexts[i]),
+                                    context_save_error(s->contexts[i]));
         for (size_t i = 0; i < s->n_retiring; i++)
                 context_free(s->retiring[i]);
         s->n_retiring = 0;
@@ -1290,6 +1357,8 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         uv_timer_init(loop, &s->tick);
         uv_timer_init(loop, &s->retire_timer);
         s->retire_timer.data = s;
+        uv_timer_init(loop, &s->state_retry);
+        s->state_retry.data = s;
         s->signal_poll.data = s->sig_chld.data = s->shutdown_timer.data =
                 s->tick.data = s;
         uv_poll_start(&s->signal_poll, UV_READABLE, signalfd_cb);

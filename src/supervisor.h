@@ -27,6 +27,7 @@ typedef struct Supervisor {
         Context **retiring;       /* removed by a reload, stopping; freed once stopped */
         size_t n_retiring;
         uv_timer_t retire_timer;  /* frees stopped retiring contexts outside their callbacks */
+        uv_timer_t state_retry;   /* writes unsaved context state again while any is unsaved */
         /* The directory defaults the config was loaded with, for reloads (owned copies). */
         char *default_runtime_dir, *default_state_dir, *default_contexts_dir;
 
@@ -74,6 +75,9 @@ int supervisor_block_signals(void);
 void supervisor_context_changed(Supervisor *s, Context *c);
 /* c's kernel answered a heartbeat ping. */
 void supervisor_context_heartbeat(Supervisor *s, Context *c);
+/* A context's state file could not be written, or could again: the daemon is
+ * degraded while any is unsaved (status, STATUS=), and retries on a timer. */
+void supervisor_state_changed(Supervisor *s);
 /* Samples the clocks; when a freeze happened since the last sample, records
  * the resume, tells every context to re-arm its deadlines, and returns true.
  * Deadline callbacks call it before acting: after a freeze every timer fires. */

@@ -51,7 +51,7 @@ def test(tap):
     tap.contains(cg, "kernelsup-boxed", "the kernel's /proc/PID/cgroup names its cgroup")
     path = memory_dir(boxed["pid"])
     tap.eq(int(open(path + "/memory.limit_in_bytes").read()), 200 * MIB, "memory.limit_in_bytes is 200M")
-    tap.ok("kernelsup" not in open(f"/proc/{free['pid']}/cgroup").read(), "the other kernel is not in it")
+    tap.ok("kernelsup-boxed" not in open(f"/proc/{free['pid']}/cgroup").read(), "the other kernel is not in it")
 
     r = d.ctl("exec", "free", "keep = 'me'")
     tap.eq(r.returncode, 0, "the other context holds a variable")

@@ -1,0 +1,98 @@
+/* spawn_kernel's prepare step: when it refuses (the daemon could not write the kernel's pid to disk), the
+ * child never execs and is reaped, and the caller gets prepare's error and message; when it accepts, the
+ * child execs after it, with the pid prepare saw. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "spawn.h"
+#include "tap.h"
+#include "util.h"
+
+typedef struct Seen {
+        pid_t pid;
+        int calls;
+        int answer;
+        bool marker_before; /* whether the marker existed while the child waited */
+        const char *marker;
+} Seen;
+
+static int prepare(pid_t pid, void *userdata, char **ret_error) {
+        Seen *s = userdata;
+
+        s->pid = pid;
+        s->calls++;
+        s->marker_before = access(s->marker, F_OK) == 0;
+        if (s->answer < 0)
+                *ret_error = strdup("not launched: cannot write state file");
+        return s->answer;
+}
+
+static int run(Seen *s, const char *marker, pid_t *ret_pid, int *ret_pidfd, char **ret_error) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "echo ran > %s", marker);
+        char *argv[] = { (char *) "/bin/sh", (char *) "-c", cmd, NULL };
+        char *env[] = { NULL };
+        int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        SpawnParams p = {
+                .argv = argv,
+                .env = env,
+                .stdout_fd = devnull,
+                .prepare = prepare,
+                .userdata = s,
+        };
+        int r = spawn_kernel(&p, ret_pid, ret_pidfd, ret_error);
+
+        close(devnull);
+        return r;
+}
+
+int main(void) {
+        char dir[] = "/tmp/ks-test-spawn-XXXXXX", marker[600];
+        char *err = NULL;
+        pid_t pid = 0;
+        int pidfd = -1, r, status;
+
+        if (!mkdtemp(dir))
+                skip_all("mkdtemp failed");
+        snprintf(marker, sizeof marker, "%s/marker", dir);
+
+        /* Refused: nothing runs. */
+        Seen s = { .answer = -ENOSPC, .marker = marker };
+        r = run(&s, marker, &pid, &pidfd, &err);
+        is_int(r, -ENOSPC, "a refusing prepare: spawn_kernel returns its error");
+        is_int(s.calls, 1, "prepare was called once");
+        ok(s.pid > 0, "prepare saw the child's pid");
+        is_str(err, "not launched: cannot write state file", "prepare's message comes back");
+        ok(access(marker, F_OK) < 0, "the child never exec'd (no marker)");
+        errno = 0;
+        ok(waitpid(s.pid, &status, WNOHANG) < 0 && errno == ECHILD, "the child has been reaped already");
+        ok(kill(s.pid, 0) < 0 && errno == ESRCH, "the child is gone");
+        is_int(pid, 0, "*ret_pid untouched on refusal");
+        is_int(pidfd, -1, "*ret_pidfd untouched on refusal");
+        free(err);
+        err = NULL;
+
+        /* Accepted: the child execs after prepare, as the pid prepare saw. */
+        s = (Seen){ .answer = 0, .marker = marker };
+        r = run(&s, marker, &pid, &pidfd, &err);
+        is_int(r, 0, "an accepting prepare: spawn_kernel succeeds");
+        is_int(pid, s.pid, "the launched pid is the one prepare saw");
+        ok(!s.marker_before, "the child had not exec'd while prepare ran");
+        ok(pidfd >= 0, "a pidfd");
+        is_int(waitpid(pid, &status, 0), pid, "the child exits");
+        ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "with status 0");
+        ok(access(marker, F_OK) == 0, "it exec'd (marker written)");
+        if (pidfd >= 0)
+                close(pidfd);
+
+        unlink(marker);
+        rmdir(dir);
+        return tap_done();
+}
