@@ -543,6 +543,7 @@ enum {
         KEY_MEMORY_MAX,
         KEY_CPU_QUOTA,
         KEY_TASKS_MAX,
+        KEY_SHUTDOWN_GRACE,
         _KEY_MAX,
 };
 
@@ -585,6 +586,7 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_MEMORY_MAX] = CONTEXT_KEY("memory_max", parse_memory, memory_max, VALUE_U64),
         [KEY_CPU_QUOTA] = CONTEXT_KEY("cpu_quota", parse_cpu_quota, cpu_quota, VALUE_UNSIGNED),
         [KEY_TASKS_MAX] = CONTEXT_KEY("tasks_max", parse_tasks, tasks_max, VALUE_UNSIGNED),
+        [KEY_SHUTDOWN_GRACE] = CONTEXT_KEY("shutdown_grace", parse_duration_positive, shutdown_grace, VALUE_USEC),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -631,6 +633,7 @@ static void context_config_init(ContextConfig *cc) {
                 .heartbeat_misses = 3,
                 .unresponsive_restart = 0,
                 .output_limit = 10 * 1024 * 1024,
+                .shutdown_grace = 500 * USEC_PER_MSEC,
         };
 }
 

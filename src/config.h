@@ -51,6 +51,9 @@ typedef struct ContextConfig {
         uint64_t memory_max;         /* bytes */
         unsigned cpu_quota;          /* percent of one CPU */
         unsigned tasks_max;
+        /* After shutdown_request, SIGTERM follows this soon (ipykernel now and then ignores the request); SIGKILL
+         * still comes at stop_timeout. Default 500 ms. */
+        usec_t shutdown_grace;
 } ContextConfig;
 
 typedef struct Config {

@@ -140,6 +140,7 @@ static void context_launch(Context *c);
 static void deadline_cb(uv_timer_t *t);
 static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
+static uint64_t stop_phase_msec(const Context *c);
 
 /* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
 
@@ -406,7 +407,7 @@ void context_resumed(Context *c) {
         if (c->state == CONTEXT_STARTING)
                 uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         else if (c->state == CONTEXT_STOPPING && c->stop_phase < 2)
-                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
         else if (c->state == CONTEXT_UNRESPONSIVE)
                 c->unresponsive_since = now_usec(CLOCK_MONOTONIC);
 }
@@ -847,6 +848,15 @@ static void context_launch(Context *c) {
 
 /* ---- Stop ---- */
 
+/* How long the current stop phase lasts. After shutdown_request, SIGTERM follows within shutdown_grace: the
+ * kernel's own exit comes ~0.1 s after its reply, ipykernel now and then ignores the request, and the namespace
+ * is being discarded anyway. SIGKILL follows at stop_timeout, counted from the request. */
+static uint64_t stop_phase_msec(const Context *c) {
+        usec_t grace = c->cfg->shutdown_grace < c->cfg->stop_timeout ? c->cfg->shutdown_grace : c->cfg->stop_timeout;
+
+        return (c->stop_phase == 0 ? grace : c->cfg->stop_timeout - grace) / USEC_PER_MSEC;
+}
+
 static void stop_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
@@ -855,12 +865,14 @@ static void stop_timer_cb(uv_timer_t *t) {
         if (supervisor_clock_check(c->sup))
                 return;
         if (c->stop_phase == 0) {
-                log_info("%s: kernel did not stop on shutdown_request; sending SIGTERM", c->name);
+                char d[32];
+                log_info("%s: kernel did not stop within shutdown_grace (%s) of shutdown_request; sending SIGTERM",
+                         c->name, format_duration(d, sizeof d, c->cfg->shutdown_grace));
                 (void) kill(-c->pid, SIGTERM);
                 /* A stopped process acts on SIGTERM only once it runs again. */
                 (void) kill(-c->pid, SIGCONT);
                 c->stop_phase = 1;
-                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
         } else {
                 log_warning("%s: kernel did not stop within stop_timeout; sending SIGKILL", c->name);
                 (void) kill(-c->pid, SIGKILL);
@@ -880,16 +892,22 @@ static void context_begin_stop(Context *c) {
                 bool starting = c->state == CONTEXT_STARTING;
                 c->stop_phase = 0;
                 context_set_state(c, CONTEXT_STOPPING);
-                if (c->conn && !starting)
+                if (c->conn && !starting) {
                         (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "shutdown_request",
                                                 json_pack("{s:b}", "restart", 0), NULL);
+                        /* On shell too, which ipykernel reads in its main thread: 6.17 sets up the control channel's
+                         * stream from the main thread while the control thread already polls that socket, a race
+                         * that can leave a control message unread. The kernel acts on the first it reads. */
+                        (void) kernel_conn_send(c->conn, CHANNEL_SHELL, "shutdown_request",
+                                                json_pack("{s:b}", "restart", 0), NULL);
+                }
                 /* A kernel still starting gets no request it could not answer yet: SIGTERM at once. */
                 if (!c->conn || starting) {
                         (void) kill(-c->pid, SIGTERM);
                         (void) kill(-c->pid, SIGCONT);
                         c->stop_phase = 1;
                 }
-                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
                 break;
         }
         case CONTEXT_BACKOFF:

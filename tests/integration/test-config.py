@@ -118,6 +118,15 @@ def test(tap):
         os.path.join(d.contexts_dir, "a.ini"), os.path.join(d.contexts_dir, "b.ini"), "twice"],
         contexts="", extra_files={"a.ini": "[context:twice]\nautostart = no\n",
                                   "b.ini": "\n[context:twice]\nautostart = no\n"})
+    bad_config(tap, "bad shutdown_grace", lambda d: [
+        f"{d.config}:{d.config_line('shutdown_grace = soon')}: [context:default] shutdown_grace = soon: expected a "
+        "duration"], contexts="[context:default]\nshutdown_grace = soon\n")
+    bad_config(tap, "shutdown_grace = 0 in [defaults]", lambda d: [
+        f"{d.config}:{d.config_line('shutdown_grace = 0')}: [defaults] shutdown_grace = 0: must be greater than 0"],
+        defaults="shutdown_grace = 0\n")
+    bad_config(tap, "huge shutdown_grace in contexts.d", lambda d: [
+        f"{os.path.join(d.contexts_dir, 'big.ini')}:2: [context:big] shutdown_grace = 99999999999999999999s: too "
+        "large"], contexts="", extra_files={"big.ini": "[context:big]\nshutdown_grace = 99999999999999999999s\n"})
 
     with tap.guard("launch and restart keys together"):
         every_key(tap)

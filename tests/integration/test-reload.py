@@ -432,9 +432,11 @@ def test(tap):
     d.write_context_file("w", stub("w", SLOW_STOP))
     reload_ok(tap, d, lines("added w", f"unchanged {len(before)}"), "w (slow to stop)")
     w1 = d.wait_state("w", "ready")
-    r = d.ctl("remove", "w")
-    tap.eq(r.returncode, 0, "remove w", r.stderr)
+    # remove waits for the kernel to be gone; given 1 s, it returns while the old w is still stopping.
     mark = d.log_mark()
+    r = d.ctl("remove", "w", "--timeout", "1")
+    tap.eq((r.returncode, r.stdout.splitlines()[:2]), (0, ["removed w", "stopping w (its kernel has not exited yet)"]),
+           "remove w --timeout 1: it says the old w is still stopping", r.stderr)
     d.write_context_file("w", stub("w", SLOW_STOP))
     r = d.ctl("reload")
     tap.eq(r.returncode, 0, "w added again while the old w is still stopping", r.stderr)
