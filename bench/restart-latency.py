@@ -73,11 +73,13 @@ def main():
     argv = " ".join(["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{kernel_file}"] + KERNEL_ARGS)
     daemon = BenchDaemon(args.builddir, f"[defaults]\nargv = {argv}\n" + grace +
                          "".join(f"env = {k}={v}\n" for k, v in KERNEL_ENV.items()) + "\n[context:bench]\n")
-    ctl, env = daemon.ctl, daemon.env
+    ctl = daemon.ctl
     km = None
     try:
+        # The kernel inherits this environment (jupyter_client 7.4 does not take env= from start_kernel).
+        os.environ.update(KERNEL_ENV)
         km = KernelManager(kernel_name="python3")
-        km.start_kernel(extra_arguments=KERNEL_ARGS, env={**env, **KERNEL_ENV})
+        km.start_kernel(extra_arguments=KERNEL_ARGS)
 
         def km_ready():
             kc = km.client()

@@ -892,15 +892,9 @@ static void context_begin_stop(Context *c) {
                 bool starting = c->state == CONTEXT_STARTING;
                 c->stop_phase = 0;
                 context_set_state(c, CONTEXT_STOPPING);
-                if (c->conn && !starting) {
+                if (c->conn && !starting)
                         (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "shutdown_request",
                                                 json_pack("{s:b}", "restart", 0), NULL);
-                        /* On shell too, which ipykernel reads in its main thread: 6.17 sets up the control channel's
-                         * stream from the main thread while the control thread already polls that socket, a race
-                         * that can leave a control message unread. The kernel acts on the first it reads. */
-                        (void) kernel_conn_send(c->conn, CHANNEL_SHELL, "shutdown_request",
-                                                json_pack("{s:b}", "restart", 0), NULL);
-                }
                 /* A kernel still starting gets no request it could not answer yet: SIGTERM at once. */
                 if (!c->conn || starting) {
                         (void) kill(-c->pid, SIGTERM);
