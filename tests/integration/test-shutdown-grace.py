@@ -7,6 +7,7 @@ in every context here, so only shutdown_grace can end a deaf kernel's stop withi
 30 s the requests are given."""
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -81,6 +82,22 @@ def test_remove(tap, d):
     tap.eq(d.ctl("status", "slow").returncode, 5, "remove: slow is not in the status")
     os.killpg(slow_pid, 9)
     d.wait_log("slow: removed")
+
+    # The client goes away while remove waits: the daemon drops the wait (and the report it held), nothing else.
+    d.write_context_file("quit", "[context:quit]\nshutdown_grace = 60s\n")
+    tap.eq(d.ctl("reload").returncode, 0, "remove: reload adds quit")
+    quit_pid = d.wait_state("quit", "ready", timeout=60)["pid"]
+    tap.eq(d.ctl("exec", "quit", deafen(("control", "shell"))).returncode, 0, "remove: quit ignores shutdown_request")
+    p = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "remove", "quit"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    harness.wait_until(lambda: d.ctl("status", "quit").returncode, 30, "quit to be removed", check=lambda rc: rc == 5)
+    tap.ok(p.poll() is None, "remove quit: kernelctl waits while the kernel ignores the request")
+    p.kill()
+    p.communicate()
+    tap.eq(d.ctl("status", "deaf").returncode, 0, "remove: after its client was killed mid-wait, the daemon answers")
+    os.killpg(quit_pid, 9)
+    d.wait_log("quit: removed")
+    tap.ok(d.running(), "remove: the daemon runs on after the abandoned wait ended")
 
 
 def test_reload(tap, d):
