@@ -24,13 +24,12 @@ import argparse
 import json
 import os
 import queue
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+from benchdaemon import BenchDaemon
 
 KEXEC = r'''
 import sys
@@ -108,30 +107,11 @@ def main():
         from jupyter_client import BlockingKernelClient
     except ImportError:
         sys.exit(f"{sys.executable} has no jupyter_client: run this with /usr/bin/python3")
-    kernelsupd = os.path.join(args.builddir, "kernelsupd")
-    kernelctl = os.path.join(args.builddir, "kernelctl")
-    for p in (kernelsupd, kernelctl):
-        if not os.access(p, os.X_OK):
-            sys.exit(f"{p} is not built")
 
-    tmp = tempfile.mkdtemp(prefix="ks-bench-")
-    sock = os.path.join(tmp, "run", "control.sock")
-    for d in ("conf/contexts.d", "run", "state"):
-        os.makedirs(os.path.join(tmp, d))
-    port_min = 20000 + (os.getpid() % 50) * 200
-    with open(os.path.join(tmp, "conf", "kernelsup.ini"), "w") as f:
-        f.write(f"[supervisor]\nsocket = {sock}\nruntime_dir = {tmp}/run\nstate_dir = {tmp}/state\n"
-                f"contexts_dir = {tmp}/conf/contexts.d\nport_range = {port_min}-{port_min + 199}\n"
-                f"\n[context:bench]\ntransport = {args.transport}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",
-                                                            "WATCHDOG_USEC", "WATCHDOG_PID", "JPY_PARENT_PID")}
-    log = open(os.path.join(tmp, "daemon.log"), "wb")
-    daemon = subprocess.Popen([kernelsupd, "--config", os.path.join(tmp, "conf", "kernelsup.ini")], env=env,
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    daemon = BenchDaemon(args.builddir, f"[context:bench]\ntransport = {args.transport}\n")
+    tmp, ctl = daemon.tmp, daemon.ctl
     kc = None
     try:
-        ctl = [kernelctl, "--socket", sock]
-        subprocess.run(ctl + ["wait", "--timeout", "60"], check=True)
         subprocess.run(ctl + ["exec", "bench", "x = 1"], check=True, stdout=subprocess.DEVNULL)
         status = subprocess.run(ctl + ["status", "bench", "--json"], check=True, capture_output=True, text=True)
         cf = json.loads(status.stdout)["contexts"][0]["connection_file"]
@@ -150,14 +130,7 @@ def main():
     finally:
         if kc is not None:
             kc.stop_channels()
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        daemon.stop()
 
     print(f"per-cell latency of the cell 'x', {args.n} runs each (ms), on {os.cpu_count()} CPUs, "
           f"transport {args.transport}")

@@ -557,6 +557,7 @@ enum {
         KEY_CPU_QUOTA,
         KEY_TASKS_MAX,
         KEY_TRANSPORT,
+        KEY_SHUTDOWN_GRACE,
         _KEY_MAX,
 };
 
@@ -600,6 +601,7 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_CPU_QUOTA] = CONTEXT_KEY("cpu_quota", parse_cpu_quota, cpu_quota, VALUE_UNSIGNED),
         [KEY_TASKS_MAX] = CONTEXT_KEY("tasks_max", parse_tasks, tasks_max, VALUE_UNSIGNED),
         [KEY_TRANSPORT] = CONTEXT_KEY("transport", parse_transport, transport, VALUE_TRANSPORT),
+        [KEY_SHUTDOWN_GRACE] = CONTEXT_KEY("shutdown_grace", parse_duration_positive, shutdown_grace, VALUE_USEC),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -649,6 +651,7 @@ static void context_config_init(ContextConfig *cc) {
                 .unresponsive_restart = 0,
                 .output_limit = 10 * 1024 * 1024,
                 .transport = TRANSPORT_IPC,
+                .shutdown_grace = 500 * USEC_PER_MSEC,
         };
 }
 

@@ -54,6 +54,9 @@ typedef struct ContextConfig {
         unsigned cpu_quota;          /* percent of one CPU */
         unsigned tasks_max;
         Transport transport;         /* default ipc: only the context's user and root reach the kernel */
+        /* After shutdown_request, SIGTERM follows this soon (ipykernel now and then ignores the request); SIGKILL
+         * still comes at stop_timeout. Default 500 ms. */
+        usec_t shutdown_grace;
 } ContextConfig;
 
 typedef struct Config {

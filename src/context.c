@@ -182,6 +182,7 @@ static void context_launch(Context *c);
 static void deadline_cb(uv_timer_t *t);
 static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
+static uint64_t stop_phase_msec(const Context *c);
 
 /* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
 
@@ -449,7 +450,7 @@ void context_resumed(Context *c) {
         if (c->state == CONTEXT_STARTING)
                 uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         else if (c->state == CONTEXT_STOPPING && c->stop_phase < 2)
-                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
         else if (c->state == CONTEXT_UNRESPONSIVE)
                 c->unresponsive_since = now_usec(CLOCK_MONOTONIC);
 }
@@ -1008,6 +1009,15 @@ static void context_launch(Context *c) {
 
 /* ---- Stop ---- */
 
+/* How long the current stop phase lasts. After shutdown_request, SIGTERM follows within shutdown_grace: the
+ * kernel's own exit comes ~0.1 s after its reply, ipykernel now and then ignores the request, and the namespace
+ * is being discarded anyway. SIGKILL follows at stop_timeout, counted from the request. */
+static uint64_t stop_phase_msec(const Context *c) {
+        usec_t grace = c->cfg->shutdown_grace < c->cfg->stop_timeout ? c->cfg->shutdown_grace : c->cfg->stop_timeout;
+
+        return (c->stop_phase == 0 ? grace : c->cfg->stop_timeout - grace) / USEC_PER_MSEC;
+}
+
 static void stop_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
@@ -1016,12 +1026,14 @@ static void stop_timer_cb(uv_timer_t *t) {
         if (supervisor_clock_check(c->sup))
                 return;
         if (c->stop_phase == 0) {
-                log_info("%s: kernel did not stop on shutdown_request; sending SIGTERM", c->name);
+                char d[32];
+                log_info("%s: kernel did not stop within shutdown_grace (%s) of shutdown_request; sending SIGTERM",
+                         c->name, format_duration(d, sizeof d, c->cfg->shutdown_grace));
                 (void) kill(-c->pid, SIGTERM);
                 /* A stopped process acts on SIGTERM only once it runs again. */
                 (void) kill(-c->pid, SIGCONT);
                 c->stop_phase = 1;
-                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
         } else {
                 log_warning("%s: kernel did not stop within stop_timeout; sending SIGKILL", c->name);
                 (void) kill(-c->pid, SIGKILL);
@@ -1050,7 +1062,7 @@ static void context_begin_stop(Context *c) {
                         (void) kill(-c->pid, SIGCONT);
                         c->stop_phase = 1;
                 }
-                uv_timer_start(&c->timer, stop_timer_cb, c->cfg->stop_timeout / 2 / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
                 break;
         }
         case CONTEXT_BACKOFF:

@@ -83,7 +83,8 @@ static void help(void) {
                "                       restart only when their process settings changed\n"
                "  add CTX              write contexts_dir/CTX.ini (--user, --group, --cwd,\n"
                "                       --env K=V..., --connection-file) and apply it\n"
-               "  remove CTX           delete contexts_dir/CTX.ini and stop the context\n"
+               "  remove CTX           delete contexts_dir/CTX.ini, stop the context and wait\n"
+               "                       until its kernel is gone\n"
                "  version              print the version of kernelctl\n"
                "\n"
                "Options:\n"
@@ -93,7 +94,9 @@ static void help(void) {
                "  --timeout SECONDS    how long start, restart and stop may take (start and\n"
                "                       restart: default 60); for status, how long to wait\n"
                "                       for the reply (default 15); exec: the cell's timeout\n"
-               "                       (default none); check: default 10; wait: default 60\n"
+               "                       (default none); check: default 10; wait: default 60;\n"
+               "                       remove: how long to wait for the kernel to be gone\n"
+               "                       (default: its stop_timeout + 1)\n"
                "  --stream             exec: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
                "  --traceback          exec: print the whole traceback of an error\n"
@@ -1184,7 +1187,7 @@ static int cmd_wait(const Options *o, char **args, unsigned n_args) {
 /* ---- reload, add, remove ---- */
 
 /* Prints a reload report as lines: "added c", "restarted b (env changed)", "updated x (restart changed, ...)",
- * "removed d", "unchanged 12"; settings that need a daemon restart go to stderr. */
+ * "removed d", "stopping d (...)", "unchanged 12"; settings that need a daemon restart go to stderr. */
 static void print_name_line(const char *verb, const char *name, const char *why, const char *suffix) {
         _cleanup_free_ char *n = sanitize(name ?: "?", false), *w = why ? sanitize(why, false) : NULL;
 
@@ -1211,6 +1214,8 @@ static int print_report(const Options *o, const json_t *report) {
                                 " changed, applied without a restart");
         json_array_foreach(json_object_get(report, "removed"), i, v)
                 print_name_line("removed", json_string_value(v), NULL, "");
+        json_array_foreach(json_object_get(report, "stopping"), i, v)
+                print_name_line("stopping", json_string_value(v), "its kernel has not exited yet", "");
         printf("unchanged %lld\n", (long long) json_integer_value(json_object_get(report, "unchanged")));
         json_array_foreach(json_object_get(report, "not_applied"), i, v) {
                 _cleanup_free_ char *n = sanitize(json_string_value(v) ?: "?", false);
@@ -1281,7 +1286,14 @@ static int cmd_remove(const Options *o, char **args, unsigned n_args) {
         params = json_pack("{s:s}", "context", args[0]);
         if (!params)
                 return fail(EXIT_FAILED, "out of memory.");
-        r = call(o, "remove", params, RELOAD_WAIT_USEC, &report);
+        /* The daemon answers once the context's kernel is gone, by default within its stop_timeout. */
+        if (o->timeout != USEC_INFINITY &&
+            json_object_set_new(params, "timeout", json_real(usec_to_seconds(o->timeout))) < 0) {
+                json_decref(params);
+                return fail(EXIT_FAILED, "out of memory.");
+        }
+        r = call(o, "remove", params, o->timeout != USEC_INFINITY ? o->timeout + REPLY_GRACE_USEC : RELOAD_WAIT_USEC,
+                 &report);
         if (r != EXIT_OK)
                 return r;
         return print_report(o, report);

@@ -30,6 +30,7 @@ typedef enum WaitFor {
         WAIT_STOPPED, /* stop */
         WAIT_PROBE,   /* check: ready, then a heartbeat answered after we asked */
         WAIT_ALL,     /* wait: every named context ready */
+        WAIT_REMOVED, /* remove: the removed context stopped; answered with the reload report */
 } WaitFor;
 typedef struct Waiter {
         struct Waiter *next;
@@ -40,6 +41,7 @@ typedef struct Waiter {
         WaitFor want;
         bool probing;          /* WAIT_PROBE: a ping is out */
         uint64_t hb_base;
+        json_t *report;        /* WAIT_REMOVED: the answer (owned) */
         uv_timer_t timer;
 } Waiter;
 
@@ -168,6 +170,7 @@ static void waiter_close_cb(uv_handle_t *h) {
         Waiter *w = h->data;
 
         json_decref(w->names);
+        json_decref(w->report);
         free(w);
 }
 
@@ -200,6 +203,13 @@ static void waiter_timeout_cb(uv_timer_t *t) {
         if (w->want == WAIT_ALL) {
                 waiter_answer(w, KS_ERR_TIMEOUT, status_result(w->sup, w->names, control_request_peer(w->req)),
                               "not every context was ready within the timeout");
+                return;
+        }
+        if (w->want == WAIT_REMOVED) {
+                /* The removal is done either way; the report says whose kernel has not exited yet. */
+                json_t *report = TAKE_PTR(w->report);
+                (void) json_object_set_new(report, "stopping", json_pack("[s]", context_name(w->ctx)));
+                waiter_answer(w, 0, report, NULL);
                 return;
         }
         snprintf(msg, sizeof msg, "%s: not %s within the timeout (state %s%s%s)", context_name(w->ctx),
@@ -242,6 +252,10 @@ static void waiter_step(Supervisor *s, Waiter *w) {
         case WAIT_STOPPED:
                 if (st == CONTEXT_STOPPED)
                         waiter_answer(w, 0, context_to_json(w->ctx), NULL);
+                return;
+        case WAIT_REMOVED:
+                if (st == CONTEXT_STOPPED)
+                        waiter_answer(w, 0, TAKE_PTR(w->report), NULL);
                 return;
         case WAIT_READY:
                 if (state_is_up(st))
@@ -992,7 +1006,33 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
         control_request_reply(req, report);
 }
 
-/* remove: deletes contexts_dir/NAME.ini and reloads; a reload that fails puts the file back. */
+/* How long remove waits for the removed context's kernel: its stop ends by stop_timeout (SIGKILL), and kernelctl
+ * waits 60 s for the answer. */
+static double remove_timeout(json_t *params, const Context *c) {
+        double def = (double) context_config(c)->stop_timeout / USEC_PER_SEC + 1;
+
+        return request_timeout(params, def < 55 ? def : 55);
+}
+
+/* The answer to remove once the removed context c has stopped (or the timeout says it is still stopping). */
+static void remove_answer(Supervisor *s, ControlRequest *req, json_t *params, Context *c, json_t *report) {
+        bool stopping = false;
+        Waiter *w;
+
+        for (size_t i = 0; i < s->n_retiring; i++)
+                if (s->retiring[i] == c)
+                        stopping = context_state(c) != CONTEXT_STOPPED;
+        if (!stopping)
+                return control_request_reply(req, report);
+        w = waiter_add(s, req, c, WAIT_REMOVED, remove_timeout(params, c));
+        if (w)
+                w->report = report;
+        else
+                json_decref(report); /* waiter_add answered the request */
+}
+
+/* remove: deletes contexts_dir/NAME.ini and reloads; a reload that fails puts the file back. It answers once
+ * the context's kernel is gone, so that a script can rely on it. */
 static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         Supervisor *s = userdata;
         const char *name = json_string_value(json_object_get(params, "context"));
@@ -1031,7 +1071,7 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
                 return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
                                              path);
         }
-        control_request_reply(req, report);
+        remove_answer(s, req, params, c, report);
 }
 
 static const ControlMethod methods[] = {

@@ -78,6 +78,16 @@ def wait_until(pred, timeout, what, check=bool, interval=0.05):
         time.sleep(interval)
 
 
+def poll_until(pred, timeout, what, check=bool, interval=0.05):
+    """Like wait_until, but at the deadline returns a last observation of pred() instead of
+    raising: for a test point that states the condition itself, so that a wait that ends
+    without it fails under the point's own name."""
+    try:
+        return wait_until(pred, timeout, what, check=check, interval=interval)
+    except WaitTimeout:
+        return pred()
+
+
 # ---------------------------------------------------------------------------
 # TAP
 

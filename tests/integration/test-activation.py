@@ -24,8 +24,8 @@ def test(tap):
     d.exit_expected = False
     r = d.ctl("wait", "--timeout", "60", timeout=90)
     tap.eq(r.returncode, 0, "kernelctl wait on the passed socket starts the daemon and sees it ready", r.stderr)
-    harness.wait_until(d.ready_sent, 10, "READY=1 from the activated daemon")
-    tap.ok(d.ready_sent(), "the activated daemon sent READY=1")
+    tap.ok(harness.poll_until(d.ready_sent, 10, "READY=1 from the activated daemon"),
+           "the activated daemon sent READY=1")
     tap.ok(not os.path.exists(configured), "the configured socket path is not bound", configured)
     c = d.wait_state("default", "ready")
     tap.eq(c.get("state"), "ready", "kernelctl reaches the daemon through the passed socket")

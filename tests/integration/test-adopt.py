@@ -4,7 +4,8 @@ kernel_id and incarnation, generation + 1, ready, the namespace intact, and
 `kernelctl check --expect` says 0. An adopted kernel that dies is noticed (pidfd)
 and replaced; a clean stop ends adopted kernels too. A pid in the state file that
 now belongs to another process is neither adopted nor killed: a new kernel is
-launched instead."""
+launched instead. A live kernel whose state file names another boot is not adopted
+either (a record from before a cold boot never matches a process of this one)."""
 
 import os
 import signal
@@ -183,11 +184,49 @@ def test_pid_reuse(tap):
     sleeper.wait()
 
 
+def test_other_boot(tap):
+    """The boot check alone: the recorded pid is alive with the recorded start time, but the
+    record says another boot. Only the boot_id comparison can refuse it."""
+    d = harness.Daemon(tap, contexts=CONTEXTS)
+    d.start()
+    first = d.wait_state("default", "ready")
+    kid, pid = first["kernel_id"], first["pid"]
+    st = d.read_state("default")
+    d.kill9()
+    try:
+        tap.ok(harness.alive(pid) and starttime(pid) == st.get("pid_starttime"),
+               "other boot: the kernel lives on with its recorded start time", harness.describe(pid))
+        other = "00000000-0000-4000-8000-000000000001"
+        tap.ok(other != harness.boot_id(), "other boot: the boot_id written differs from this boot's")
+        st["boot_id"] = other
+        d.write_state("default", st)
+
+        mark = d.log_mark()
+        d.start()
+        # Ready either way (adopted or new), so a wrong verdict fails under the points' names.
+        c = d.wait_state("default", "ready", timeout=60)
+        log = d.log_since(mark)
+        tap.ok("adopting kernel" not in log and "adopted kernel" not in log,
+               "other boot: a live kernel recorded under another boot_id is not adopted", log)
+        tap.ok(c["pid"] != pid and UUID_RE.match(c["kernel_id"] or "") is not None,
+               "other boot: a new kernel (new pid and kernel_id) runs instead", repr(c))
+        tap.eq(c["incarnation"], first["incarnation"] + 1, "other boot: incarnation + 1")
+        r = check(d, "default", kid)
+        tap.eq(r.returncode, 8, "other boot: check --expect OLD exits 8", out(r))
+    finally:
+        # Never adopted, so no daemon owns it: the test ends it.
+        if harness.alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    d.stop()
+
+
 def test(tap):
     with tap.guard("adoption"):
         test_adopt(tap)
     with tap.guard("pid reuse"):
         test_pid_reuse(tap)
+    with tap.guard("other boot"):
+        test_other_boot(tap)
 
 
 harness.main(test)

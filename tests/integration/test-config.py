@@ -1,6 +1,8 @@
 """Configuration: --check-config on good and bad files, the daemon refusing a bad
 config with FILE:LINE: [SECTION] KEY = VALUE: reason and starting nothing, unknown
-keys, duplicate contexts across files, every context key in effect, and a state
+keys, duplicate contexts across files, the launch and restart keys together (all
+accepted; connection_file, cwd, env, autostart and restart seen in effect here,
+the timing keys in test-failing, test-lifecycle and test-resume), and a state
 directory on a full file system."""
 
 import errno
@@ -116,15 +118,25 @@ def test(tap):
         os.path.join(d.contexts_dir, "a.ini"), os.path.join(d.contexts_dir, "b.ini"), "twice"],
         contexts="", extra_files={"a.ini": "[context:twice]\nautostart = no\n",
                                   "b.ini": "\n[context:twice]\nautostart = no\n"})
+    bad_config(tap, "bad shutdown_grace", lambda d: [
+        f"{d.config}:{d.config_line('shutdown_grace = soon')}: [context:default] shutdown_grace = soon: expected a "
+        "duration"], contexts="[context:default]\nshutdown_grace = soon\n")
+    bad_config(tap, "shutdown_grace = 0 in [defaults]", lambda d: [
+        f"{d.config}:{d.config_line('shutdown_grace = 0')}: [defaults] shutdown_grace = 0: must be greater than 0"],
+        defaults="shutdown_grace = 0\n")
+    bad_config(tap, "huge shutdown_grace in contexts.d", lambda d: [
+        f"{os.path.join(d.contexts_dir, 'big.ini')}:2: [context:big] shutdown_grace = 99999999999999999999s: too "
+        "large"], contexts="", extra_files={"big.ini": "[context:big]\nshutdown_grace = 99999999999999999999s\n"})
 
-    with tap.guard("every key in effect"):
+    with tap.guard("launch and restart keys together"):
         every_key(tap)
     with tap.guard("full state file system"):
         full_disk(tap)
 
 
 def every_key(tap):
-    """Every context key, valid: --check-config OK, and the kernel gets the settings."""
+    """The launch and restart keys at once, valid: --check-config OK; those whose effect shows within one
+    kernel's life are checked (the timing keys are checked where they act, in their own tests)."""
     d = harness.Daemon(tap, contexts="")
     work = os.path.join(d.tmp, "work")
     custom = os.path.join(d.tmp, "custom", "full.json")
@@ -151,12 +163,12 @@ def every_key(tap):
         "\n[context:manual]\nautostart = no\n",
         defaults="stop_timeout = 3s\nrestart = always\n")
     r = daemon_cmd(d, "--check-config")
-    tap.eq(r.returncode, 0, "every key: --check-config exits 0", r.stderr)
-    tap.contains(r.stdout, f"{d.config}: OK", "every key: --check-config prints PATH: OK")
+    tap.eq(r.returncode, 0, "launch and restart keys together: --check-config exits 0", r.stderr)
+    tap.contains(r.stdout, f"{d.config}: OK", "launch and restart keys together: --check-config prints PATH: OK")
 
     d.start()
     c = d.context("full")
-    tap.eq(c["state"], "ready", "every key: the kernel is ready")
+    tap.eq(c["state"], "ready", "launch and restart keys together: the kernel is ready")
     tap.eq(c["connection_file"], custom, "connection_file = PATH is used")
     tap.ok(os.path.isfile(custom) and stat.S_IMODE(os.lstat(custom).st_mode) == 0o600,
            "the custom connection file exists with mode 0600")
@@ -164,6 +176,13 @@ def every_key(tap):
     tap.eq(r["result"], repr((work, "1", "two words")), "the kernel runs in cwd with the env = settings")
     m = d.context("manual")
     tap.eq((m["state"], m["pid"]), ("stopped", None), "autostart = no: stopped")
+    # restart = on-failure (the context's own, over [defaults]' always): a clean exit is not restarted.
+    d.ctl("exec", "full", "import os; os._exit(0)", timeout=60)
+    # Gone means a pid other than this kernel's: none (stopped), or a new one had it been restarted.
+    c2 = harness.poll_until(lambda: d.context("full"), 30, "the kernel of full to be gone",
+                            check=lambda x: x.get("pid") != c["pid"] and x.get("state") in ("stopped", "ready"))
+    tap.eq((c2["state"], c2["incarnation"], (c2.get("last_exit") or {}).get("code")), ("stopped", c["incarnation"], 0),
+           "restart = on-failure over [defaults]' always: a kernel that exits 0 is not restarted")
     d.stop()
 
 

@@ -192,8 +192,12 @@ def test_queue(tap, d):
     a = popen_ctl(d, "exec", "default", wait_flag)
     d.wait_state("default", "busy")
     b = popen_ctl(d, "exec", "default", "log.append('b'); log")
-    time.sleep(harness.scaled(0.3))  # b must NOT run meanwhile: no timing is asserted
-    tap.ok(b.poll() is None, "a second exec on a busy context waits (a queue, not a busy error)")
+    # The daemon has b's cell once status counts it queued; b must still be waiting then.
+    c = harness.poll_until(lambda: d.context("default"), 30, "the second cell to be queued",
+                           check=lambda c: c.get("queued") == 1 or b.poll() is not None)
+    tap.ok(c.get("queued") == 1 and c.get("state") == "busy" and b.poll() is None,
+           "a second exec on a busy context waits (a queue, not a busy error)",
+           f"queued {c.get('queued')}, state {c.get('state')}, kernelctl exit {b.poll()}")
 
     # Another context runs in parallel: it releases the first one's cell.
     r = d.ctl("exec", "small", f"open({flag!r}, 'w').close(); 'released'", timeout=30)
@@ -271,7 +275,7 @@ def test_stop_under_cells(tap, d):
     a = popen_ctl(d, "exec", "small", SPIN)
     read_line(a)
     b = popen_ctl(d, "exec", "small", "1")
-    time.sleep(harness.scaled(0.2))  # b is queued behind a (nothing is asserted about the time)
+    harness.wait_until(lambda: d.context("small"), 30, "b queued behind a", check=lambda c: c.get("queued") == 1)
     r = d.ctl("stop", "small", timeout=60)
     tap.eq(r.returncode, 0, "stop a context under a running and a queued cell", r.stderr)
     rc_a, out_a, err_a = finish(a)
@@ -366,6 +370,15 @@ def test_death(tap, d):
     tap.eq(text_of(j.get("outputs")), "spinning\n", "--stream for a died cell: the outputs so far")
 
 
+def wchan(pid):
+    """Where in the kernel pid sleeps ("hrtimer_nanosleep" in nanosleep), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def test(tap):
     # check and wait started before the daemon: they retry connecting.
     d = harness.Daemon(tap, contexts=contexts())
@@ -375,7 +388,12 @@ def test(tap):
     early_wait = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "wait", "--timeout",
                                    str(int(harness.scaled(60)))], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
-    time.sleep(0.2)
+    # Started before the daemon means: each has tried to connect, found no daemon, and sleeps before retrying.
+    retrying = harness.poll_until(lambda: [wchan(p.pid) for p in (early_check, early_wait)], 30,
+                                  "check and wait to sleep between connection attempts",
+                                  check=lambda w: w == ["hrtimer_nanosleep"] * 2)
+    tap.eq(retrying, ["hrtimer_nanosleep"] * 2, "check and wait started before the daemon: they wait to retry",
+           f"exit codes {early_check.poll()}, {early_wait.poll()}")
     d.start()
     out, err = early_check.communicate(timeout=harness.scaled(90))
     tap.eq(early_check.returncode, 0, "check started before the daemon: waits for it, exit 0", err)

@@ -59,7 +59,7 @@ def test(tap):
         tap.contains(by[name]["last_error"] or "", "No such file or directory", f"{name}: last_error names ENOENT")
     h = by["hang"]
     le = h["last_error"] or ""
-    tap.ok("start_timeout" in le or "did not answer" in le, "hang: last_error names start_timeout", repr(le))
+    tap.contains(le, "did not answer kernel_info within start_timeout (1s)", "hang: last_error names start_timeout")
     tap.eq((h.get("last_exit") or {}).get("signal"), "SIGKILL", "hang: killed with SIGKILL at the deadline")
     tap.eq(h["incarnation"], 2, "hang: two launches (start_limit_burst = 2)")
     tap.ok("backoff" in d.history.get("slowback", []), "slowback: went through backoff",
@@ -93,8 +93,10 @@ def test(tap):
     # failed_cooldown = 2s: failed is retried, never stranded.
     c = d.wait_state("cooldown", "failed", timeout=30)
     inc = c["incarnation"]
-    c = d.wait_context("cooldown", lambda c: c["incarnation"] > inc, "retried after failed_cooldown", timeout=30)
-    tap.ok(True, f"cooldown: retried after the cool-down (incarnation {inc} -> {c['incarnation']})")
+    c = harness.poll_until(lambda: d.context("cooldown"), 30, "cooldown retried after failed_cooldown",
+                           check=lambda c: c["incarnation"] > inc)
+    tap.ok(c["incarnation"] > inc, "cooldown: retried after the cool-down (incarnation goes up)",
+           f"incarnation {inc} -> {c['incarnation']}")
     c = d.wait_state("cooldown", "failed", timeout=30)
     tap.contains(c["last_error"] or "", "exited with code 1", "cooldown: failed again, last_error says why")
 

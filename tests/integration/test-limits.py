@@ -1,7 +1,9 @@
 """Per-context limits without systemd: as root, a sub-cgroup of the daemon's own holds the kernel
 (memory_max, cpu_quota, tasks_max), status says so, a cell that allocates past memory_max gets its kernel
 killed by the OOM killer, the last exit's reason reads oom-kill, the context comes back, and the other
-context is untouched. Without root nothing can be enforced but an rlimit: the status must say that."""
+context is untouched. Without root nothing can be enforced but an rlimit: the status must say that. As
+root without a writable v1 memory hierarchy (the v2 path needs the memory controller delegated to cgroup2,
+which hosts like these bind to v1), the cgroup points are reported as skips with the reason."""
 
 import os
 import sys
@@ -10,6 +12,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 MIB = 1024 * 1024
+
+
+# The checks that need a writable v1 memory hierarchy, reported as skips where there is none.
+SKIPPED_WITHOUT_V1 = (
+    "as root without systemd: a sub-cgroup of the daemon's own, every limit verified in place",
+    "memory.limit_in_bytes of the kernel's sub-cgroup is memory_max; the other kernel is not in it",
+    "a cell allocating past memory_max: the kernel dies, last_exit reason oom-kill, the context comes back",
+    "the other context is untouched by the OOM kill",
+    "tasks_max stops new threads",
+    "another daemon's context of the same name: a sub-cgroup of its own, removed with its daemon",
+    "an adopted kernel stays under its limits; its sub-cgroup is removed once it is gone",
+)
 
 
 def memory_dir(pid):
@@ -39,8 +53,13 @@ def test(tap):
 
     memcg = harness.proc_cgroups().get("memory")
     if memcg is None or not os.access("/sys/fs/cgroup/memory" + memcg, os.W_OK):
-        tap.diag("no writable cgroup v1 memory hierarchy here; checking only that status is honest")
         tap.ok(lim.get("mechanism") in ("cgroup", "rlimit", "none"), "a mechanism is named", repr(lim))
+        # What follows reads the v1 memory files: said as skips, not passed, where they are not ours to read.
+        reason = (f"no writable cgroup v1 memory hierarchy for this process (memory cgroup {memcg!r}); the "
+                  f"daemon chose {lim.get('mechanism')!r} (note: {lim.get('note')!r}); tests/unit/test-cgroup "
+                  "covers the OOM counter comparison")
+        for name in SKIPPED_WITHOUT_V1:
+            tap.skip(name, reason)
         d.stop()
         return
 

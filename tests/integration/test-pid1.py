@@ -188,9 +188,9 @@ def test_reaping(tap):
     tap.eq(r.returncode, 0, "kernelctl restart default exits 0", r.stderr)
     c2 = d.wait_state("default", "ready")
     tap.ok(c2["kernel_id"] != c["kernel_id"], "a new kernel runs after the restart")
-    kernel_gone = harness.wait_until(lambda: harness.proc_stat(kernel_host), 10, "the old kernel to be reaped",
-                                     check=lambda st: st is None)
-    tap.ok(kernel_gone is None, "the old kernel is gone (reaped)")
+    left = harness.poll_until(lambda: harness.proc_stat(kernel_host), 10, "the old kernel to be reaped",
+                              check=lambda st: st is None)
+    tap.ok(left is None, "the old kernel is gone (reaped)", f"/proc/{kernel_host}/stat: {left!r}")
     tap.ok(harness.proc_stat(grouped_h) is None, "the sleep in the old kernel's group is gone (reaped)",
            harness.describe(grouped_h))
 

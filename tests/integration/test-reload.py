@@ -64,9 +64,9 @@ def state_file_gone(d, name):
 
 def wait_gone(tap, d, name, pid, what):
     """Waits until name is gone from the status, then checks its process group and state file are gone."""
-    harness.wait_until(lambda: d.ctl("status", name).returncode, 30, f"{name} to be gone from the status",
-                       check=lambda rc: rc == 5)
-    tap.ok(True, f"{what}: {name} is gone from the status (kernelctl status {name} exits 5)")
+    rc = harness.poll_until(lambda: d.ctl("status", name).returncode, 30, f"{name} to be gone from the status",
+                            check=lambda rc: rc == 5)
+    tap.eq(rc, 5, f"{what}: {name} is gone from the status (kernelctl status {name} exits 5)")
     if isinstance(pid, int):
         d.check_group_gone(pid, f"{what}: no process of {name}'s group is left")
     else:
@@ -167,9 +167,10 @@ def test(tap):
     # -- restart= applied in place: nobody restarts, and the new policy is the one that applies.
     p1 = d.context("p")
     os.kill(p1["pid"], signal.SIGKILL)
-    p2 = d.wait_context("p", lambda c: c.get("state") == "ready" and c.get("kernel_id") != p1["kernel_id"],
-                        "restarted after kill -9 (restart = always)")
-    tap.ok(True, "p with restart = always: kill -9 gets a new kernel")
+    p2 = harness.poll_until(lambda: d.context("p"), 30, "p restarted after kill -9 (restart = always)",
+                            check=lambda c: c.get("state") == "ready" and c.get("kernel_id") != p1["kernel_id"])
+    tap.ok(p2.get("state") == "ready" and p2.get("kernel_id") != p1["kernel_id"],
+           "p with restart = always: kill -9 gets a new kernel", f"{p1} -> {p2}")
     before = d.snapshot()
     main_text = main_text.replace("restart = always", "restart = no")
     d.write_file(d.config, main_text)
@@ -258,13 +259,14 @@ def test(tap):
     d.write_context_file("h", stub("h", "env = H=1\n"))
     mark = d.log_mark()
     os.kill(d.proc.pid, signal.SIGHUP)
-    d.wait_log("reload: added h", mark)
-    h1 = d.wait_state("h", "ready")
-    tap.ok(True, "SIGHUP: h is added and ready")
+    h1 = harness.poll_until(lambda: d.status()["contexts"], 30, "h added and ready",
+                            check=lambda cs: any(c.get("name") == "h" and c.get("state") == "ready" for c in cs))
+    h1 = next((c for c in h1 if c.get("name") == "h"), {})
+    tap.eq(h1.get("state"), "ready", "SIGHUP: h is added and ready", d.log_since(mark)[-2000:])
     untouched(tap, d, before, "after SIGHUP added h")
-    harness.wait_until(lambda: reloads_announced(d), 10, "READY=1 after RELOADING=1",
-                       check=lambda x: x[0] > n_reloading and x[1])
-    tap.ok(True, "SIGHUP: RELOADING=1 then READY=1")
+    seen = harness.poll_until(lambda: reloads_announced(d), 10, "READY=1 after RELOADING=1",
+                              check=lambda x: x[0] > n_reloading and x[1])
+    tap.ok(seen[0] > n_reloading and seen[1], "SIGHUP: RELOADING=1 then READY=1", repr(seen))
     d.write_context_file("h", stub("h", "env = H=2\n"))
     mark = d.log_mark()
     os.kill(d.proc.pid, signal.SIGHUP)
@@ -430,9 +432,11 @@ def test(tap):
     d.write_context_file("w", stub("w", SLOW_STOP))
     reload_ok(tap, d, lines("added w", f"unchanged {len(before)}"), "w (slow to stop)")
     w1 = d.wait_state("w", "ready")
-    r = d.ctl("remove", "w")
-    tap.eq(r.returncode, 0, "remove w", r.stderr)
+    # remove waits for the kernel to be gone; given 1 s, it returns while the old w is still stopping.
     mark = d.log_mark()
+    r = d.ctl("remove", "w", "--timeout", "1")
+    tap.eq((r.returncode, r.stdout.splitlines()[:2]), (0, ["removed w", "stopping w (its kernel has not exited yet)"]),
+           "remove w --timeout 1: it says the old w is still stopping", r.stderr)
     d.write_context_file("w", stub("w", SLOW_STOP))
     r = d.ctl("reload")
     tap.eq(r.returncode, 0, "w added again while the old w is still stopping", r.stderr)

@@ -11,7 +11,8 @@ overlay of this machine's root, with this build installed into the overlay by
  5. SIGSTOP of kernelsupd: the watchdog restarts it, the kernel is adopted again;
  6. systemctl reload applies a new file in contexts.d;
  7. systemctl reboot, then a second boot: a new boot_id, generation + 1, a new kernel,
-    `check --expect OLD` exits 8;
+    `check --expect K` exits 8 for the kernel current right before the reboot, and the
+    variable set in it is gone;
  8. systemctl stop: no kernel process is left in the container.
 Needs root, systemd-nspawn (Debian's systemd-container) and an overlay mount; skipped
 (exit 77) otherwise. Every mount, container and cgroup it makes is removed at the end,
@@ -686,6 +687,16 @@ def test(tap):
 
     # 7. A cold boot is told apart.
     with s.guard("7 reboot"):
+        # The kernel current right before the reboot, with a variable in it: the verdict after the cold boot
+        # is about this kernel (K of step 3 was already replaced by step 6b's restart).
+        pre = c.context("default")
+        k["kid"] = pre.get("kernel_id")
+        s.ok(pre.get("state") == "ready" and UUID_RE.match(k["kid"] or ""), "default is ready before the reboot",
+             repr(pre))
+        r = c.ctl("exec", "default", "before_reboot = 7")
+        s.eq(r.returncode, 0, "a cell sets before_reboot = 7 right before the reboot", out(r))
+        r = c.ctl("check", "default", "--expect", str(k["kid"]), "--timeout", f"{scaled(30):g}")
+        s.eq(r.returncode, 0, "check --expect K exits 0 right before the reboot", out(r))
         sup = c.status()["supervisor"]
         k["boot_id"], k["generation"] = sup.get("boot_id"), sup.get("generation")
         c.sh("systemctl", "reboot", timeout=30)  # the connection may drop: the exit code says nothing
@@ -704,9 +715,9 @@ def test(tap):
         s.eq(r.returncode, 8, "check --expect K exits 8 (a new kernel after the cold boot)", out(r))
         now = c.context("default")
         s.ok(now.get("kernel_id") not in (None, k.get("kid")), "default runs a new kernel", repr(now))
-        r = c.ctl("exec", "default", "x")
+        r = c.ctl("exec", "default", "before_reboot")
         s.ok(r.returncode == 7 and "NameError" in r.stdout + r.stderr, "the new kernel's namespace is empty "
-             "(exec x raises NameError, exit 7)", out(r))
+             "(exec before_reboot raises NameError, exit 7)", out(r))
         tap.diag("boots in the container's journal:\n" + c.sh("journalctl", "--list-boots", "--no-pager").stdout)
 
     # 8. A clean stop leaves no kernel behind.
