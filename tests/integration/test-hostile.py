@@ -105,13 +105,20 @@ else:
     held, admitted, refused, messages = [], 0, 0, set()
     for i in range(n):
         s = connect()
-        s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "status"}) + "\n" +
-                   json.dumps({"jsonrpc": "2.0", "id": 2, "method": "wait",
-                               "params": {"contexts": [ctx], "timeout": 600}}) + "\n").encode())
+        # A refused connection may be closed before the requests are sent: its error line is still there to read.
+        try:
+            s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "status"}) + "\n" +
+                       json.dumps({"jsonrpc": "2.0", "id": 2, "method": "wait",
+                                   "params": {"contexts": [ctx], "timeout": 600}}) + "\n").encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         s.settimeout(limit)
         buf = b""
         while b"\n" not in buf:
-            data = s.recv(65536)
+            try:
+                data = s.recv(65536)
+            except ConnectionResetError:
+                data = b""
             if not data:
                 break
             buf += data
