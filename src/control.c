@@ -457,8 +457,8 @@ static void conn_idle_start(ControlConnection *c) {
 
         c->idle_deadline = uv_now(s->loop) + s->idle_timeout;
         c->idle_grace = false;
-        /* Any deadline already armed is earlier than this one. */
-        if (!uv_is_active((uv_handle_t *) &s->idle_timer))
+        /* Deadlines only grow, so one armed already comes first, unless the timeout was shortened since. */
+        if (!uv_is_active((uv_handle_t *) &s->idle_timer) || uv_timer_get_due_in(&s->idle_timer) > s->idle_timeout)
                 uv_timer_start(&s->idle_timer, server_idle_cb, s->idle_timeout, 0);
 }
 
