@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +24,14 @@ static void fuzz_die(const char *what) {
         abort();
 }
 
-static void fuzz_dir_remove(void) {
-        char cmd[4200];
+static int fuzz_remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+        (void) remove(path);
+        return 0;
+}
 
-        /* Only a directory we made, under the scratch prefix. */
-        if (fuzz_dir[0] && snprintf(cmd, sizeof cmd, "rm -rf '%s'", fuzz_dir) < (int) sizeof cmd)
-                (void) !system(cmd);
+static void fuzz_dir_remove(void) {
+        if (fuzz_dir[0])
+                (void) nftw(fuzz_dir, fuzz_remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* $KS_FUZZ_TMP (the runner's, removed by it) or $TMPDIR or /tmp, then a fresh mkdtemp below it. */
