@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,7 +26,17 @@
 #include "macro.h"
 #include "protocol.h"
 
+/* Connections: CONTROL_MAX_CONNECTIONS at most in all, the last CONTROL_RESERVED of
+ * them only for root and the daemon's own uid, so that nobody else can lock them
+ * out; any other uid has CONTROL_MAX_PER_UID at most, so that one uid cannot take
+ * the slots of the others. (kernelsupd(8) and kernelctl(1) give these numbers.) */
 #define CONTROL_MAX_CONNECTIONS 256
+#define CONTROL_RESERVED 32
+#define CONTROL_MAX_PER_UID 64
+/* A connection with no request open must complete a request line within this
+ * long: the whole line, not each byte, so a peer that trickles bytes is closed
+ * too. A connection waiting for a reply (a long cell, a wait) is never idle. */
+#define CONTROL_IDLE_TIMEOUT_MSEC 5000
 #define CONTROL_BACKLOG 128
 /* One read; a longer line is collected in the connection's line buffer. */
 #define CONTROL_READ_SIZE (64 * 1024)
@@ -73,6 +84,9 @@ struct ControlConnection {
         unsigned n_ref;
         bool closing;       /* no more reading or writing */
         bool shutting_down; /* flushing a last error before closing */
+        /* uv_now() by which a complete request line must have come; 0 while a request is open. */
+        uint64_t idle_deadline;
+        bool idle_grace; /* the deadline passed with bytes unread, and got one more loop iteration */
         char *rbuf;
         char *line; /* a partial line, waiting for its newline */
         size_t line_len, line_alloc;
@@ -92,6 +106,9 @@ struct ControlServer {
         ControlConnection *connections;
         size_t n_connections;
         size_t n_handles;
+        uv_timer_t idle_timer; /* fires at the earliest idle deadline */
+        uint64_t idle_timeout; /* msec */
+        uid_t own_uid;
         bool closing;
         bool limit_logged;
 };
@@ -102,6 +119,7 @@ typedef struct WriteReq {
 } WriteReq;
 
 static void conn_close(ControlConnection *c, bool cancel_now);
+static void conn_idle_start(ControlConnection *c);
 
 static void server_free(ControlServer *s) {
         if (!s)
@@ -133,6 +151,9 @@ static void request_free(ControlRequest *req) {
         LIST_REMOVE(c->requests, req);
         json_decref(req->root);
         free(req);
+        /* Answered: the next request line must come within the idle timeout. */
+        if (!c->requests && c->server && !c->closing)
+                conn_idle_start(c);
         conn_unref(c);
 }
 
@@ -166,8 +187,7 @@ static void conn_close_cb(uv_handle_t *handle) {
         conn_cancel_requests(c);
         LIST_REMOVE(s->connections, c);
         s->n_connections--;
-        if (s->n_connections < CONTROL_MAX_CONNECTIONS)
-                s->limit_logged = false;
+        s->limit_logged = false;
         c->server = NULL;
         free(c->rbuf);
         c->rbuf = NULL;
@@ -212,6 +232,8 @@ static void conn_close_after_flush(ControlConnection *c) {
                 return;
         }
         c->shutting_down = true;
+        /* A peer that does not read its last error keeps the flush from ending: bound it. */
+        conn_idle_start(c);
 }
 
 static void conn_write_cb(uv_write_t *req, int status) {
@@ -405,8 +427,86 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
         };
         c->n_ref++;
         LIST_PREPEND(c->requests, req);
+        /* Waiting for an answer is not idle, however long it takes. */
+        c->idle_deadline = 0;
         /* The handler may answer (and so free req) before it returns. */
         m->handler(req, rpc.params, s->userdata);
+}
+
+/* Sends one error line only if it goes out at once: never queued behind a peer
+ * that does not read, because the connection is closed right after. */
+static void conn_try_send_error(ControlConnection *c, int code, const char *message) {
+        _cleanup_free_ char *line = NULL;
+        uv_buf_t buf;
+
+        if (c->closing || uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > 0)
+                return;
+        line = protocol_error(NULL, code, message, NULL);
+        if (!line)
+                return;
+        buf = uv_buf_init(line, (unsigned) strlen(line));
+        (void) uv_try_write((uv_stream_t *) &c->pipe, &buf, 1);
+}
+
+static void server_idle_cb(uv_timer_t *t);
+
+/* Starts (or restarts) the connection's idle clock: a complete request line
+ * must come within the server's idle timeout. */
+static void conn_idle_start(ControlConnection *c) {
+        ControlServer *s = c->server;
+
+        c->idle_deadline = uv_now(s->loop) + s->idle_timeout;
+        c->idle_grace = false;
+        /* Deadlines only grow, so one armed already comes first, unless the timeout was shortened since. */
+        if (!uv_is_active((uv_handle_t *) &s->idle_timer) || uv_timer_get_due_in(&s->idle_timer) > s->idle_timeout)
+                uv_timer_start(&s->idle_timer, server_idle_cb, s->idle_timeout, 0);
+}
+
+static bool conn_bytes_unread(ControlConnection *c) {
+        uv_os_fd_t fd;
+        int n = 0;
+
+        return uv_fileno((uv_handle_t *) &c->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+/* The deadline passed. Bytes still unread may be a request that came in time
+ * while the loop was busy elsewhere (a long reload): they get one more loop
+ * iteration to be read, once. Otherwise the connection is closed. */
+static void conn_idle_expire(ControlConnection *c, uint64_t now) {
+        char message[96];
+
+        if (!c->closing && !c->idle_grace && conn_bytes_unread(c)) {
+                c->idle_grace = true;
+                /* Not 0: libuv would run a timer due now again before polling. */
+                c->idle_deadline = now + 1;
+                return;
+        }
+        log_debug("Control peer (pid %d, uid %u) sent no complete request within %.1f s, closing.", (int) c->peer.pid,
+                  (unsigned) c->peer.uid, c->server->idle_timeout / 1000.0);
+        snprintf(message, sizeof message, "idle timeout: no complete request within %.1f s",
+                 c->server->idle_timeout / 1000.0);
+        conn_try_send_error(c, KS_ERR_TIMEOUT, message);
+        c->idle_deadline = 0;
+        conn_close(c, true);
+}
+
+/* Closes the connections whose idle deadline passed and arms the timer for
+ * the next one. Closing does not change the list (that happens in the close
+ * callbacks), so it can be walked as is. */
+static void server_idle_cb(uv_timer_t *t) {
+        ControlServer *s = t->data;
+        uint64_t now = uv_now(s->loop), next = 0;
+
+        for (ControlConnection *c = s->connections; c; c = c->next) {
+                if (c->idle_deadline == 0 || uv_is_closing((uv_handle_t *) &c->pipe))
+                        continue;
+                if (c->idle_deadline <= now)
+                        conn_idle_expire(c, now);
+                if (c->idle_deadline > 0 && (next == 0 || c->idle_deadline < next))
+                        next = c->idle_deadline;
+        }
+        if (next > 0)
+                uv_timer_start(&s->idle_timer, server_idle_cb, next - now, 0);
 }
 
 static void conn_too_long(ControlConnection *c) {
@@ -503,47 +603,85 @@ static void reject_close_cb(uv_handle_t *handle) {
         server_handle_closed(s);
 }
 
-/* Accepts a connection over the limit and closes it at once, with an error
- * line when the socket takes it without blocking. */
+/* Accepts a connection we have no memory for and closes it at once. */
 static void server_reject(ControlServer *s) {
-        _cleanup_free_ char *line = NULL;
         uv_pipe_t *p;
-        uv_os_fd_t fd;
 
-        if (!s->limit_logged) {
-                log_warning("Refusing control connections: %d are open.", CONTROL_MAX_CONNECTIONS);
-                s->limit_logged = true;
-        }
         p = malloc(sizeof *p);
-        if (!p) {
-                log_warning("Out of memory refusing a control connection.");
+        if (!p)
                 return;
-        }
         (void) uv_pipe_init(s->loop, p, 0);
         p->data = s;
         s->n_handles++;
-        if (uv_accept((uv_stream_t *) &s->pipe, (uv_stream_t *) p) == 0 && uv_fileno((uv_handle_t *) p, &fd) == 0) {
-                line = protocol_error(NULL, KS_ERR_FAILED, "too many connections", NULL);
-                if (line)
-                        (void) send(fd, line, strlen(line), MSG_DONTWAIT | MSG_NOSIGNAL);
-        }
+        (void) uv_accept((uv_stream_t *) &s->pipe, (uv_stream_t *) p);
         uv_close((uv_handle_t *) p, reject_close_cb);
 }
 
-static void server_connection_cb(uv_stream_t *listener, int status) {
-        ControlServer *s = listener->data;
-        ControlConnection *c;
+/* Whether one more connection of uid fits the limits; if not, why (for the peer). */
+static bool server_admits(const ControlServer *s, uid_t uid, char *why, size_t size) {
+        size_t mine = 0;
+
+        if (s->n_connections >= CONTROL_MAX_CONNECTIONS) {
+                snprintf(why, size, "too many connections");
+                return false;
+        }
+        if (uid == 0 || uid == s->own_uid)
+                return true;
+        if (s->n_connections >= CONTROL_MAX_CONNECTIONS - CONTROL_RESERVED) {
+                snprintf(why, size, "too many connections: the last %d of %d are kept for root", CONTROL_RESERVED,
+                         CONTROL_MAX_CONNECTIONS);
+                return false;
+        }
+        for (const ControlConnection *c = s->connections; c; c = c->next)
+                mine += c->peer.uid == uid;
+        if (mine >= CONTROL_MAX_PER_UID) {
+                snprintf(why, size, "too many connections from uid %u (at most %d)", (unsigned) uid,
+                         CONTROL_MAX_PER_UID);
+                return false;
+        }
+        return true;
+}
+
+/* A connection that was accepted but not admitted: never in the list, no requests. */
+static void conn_refused_close_cb(uv_handle_t *handle) {
+        ControlConnection *c = handle->data;
+        ControlServer *s = c->server;
+
+        free(c);
+        server_handle_closed(s);
+}
+
+static void conn_refuse(ControlConnection *c, const char *why) {
+        if (why)
+                conn_try_send_error(c, KS_ERR_FAILED, why);
+        uv_close((uv_handle_t *) &c->pipe, conn_refused_close_cb);
+}
+
+static int conn_read_peer(ControlConnection *c) {
         struct ucred cred;
         socklen_t len = sizeof cred;
         uv_os_fd_t fd;
         int r;
 
+        r = uv_fileno((uv_handle_t *) &c->pipe, &fd);
+        if (r < 0)
+                return r;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return -errno;
+        c->peer = (ControlPeer){ .pid = cred.pid, .uid = cred.uid, .gid = cred.gid };
+        return 0;
+}
+
+/* Accepts, reads the peer's credentials, then admits the connection within
+ * the limits (which depend on the uid) or refuses it with an error line. */
+static void server_connection_cb(uv_stream_t *listener, int status) {
+        ControlServer *s = listener->data;
+        ControlConnection *c;
+        char why[128];
+        int r;
+
         if (status < 0) {
                 log_warning_errno(status, "Failed to accept a control connection: %m");
-                return;
-        }
-        if (s->n_connections >= CONTROL_MAX_CONNECTIONS) {
-                server_reject(s);
                 return;
         }
         c = calloc(1, sizeof *c);
@@ -557,28 +695,31 @@ static void server_connection_cb(uv_stream_t *listener, int status) {
         c->server = s;
         c->n_ref = 1;
         c->peer = (ControlPeer){ .pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1 };
-        LIST_PREPEND(s->connections, c);
-        s->n_connections++;
         s->n_handles++;
 
         r = uv_accept(listener, (uv_stream_t *) &c->pipe);
         if (r < 0) {
                 log_warning_errno(r, "Failed to accept a control connection: %m");
-                conn_close(c, true);
-                return;
+                return conn_refuse(c, NULL);
         }
-        r = uv_fileno((uv_handle_t *) &c->pipe, &fd);
-        if (r >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-                r = -errno;
+        r = conn_read_peer(c);
         if (r < 0) {
                 /* Without credentials we cannot tell what the peer may see: refuse it. */
                 log_warning_errno(r, "Failed to read the credentials of a control peer: %m");
-                conn_close(c, true);
-                return;
+                return conn_refuse(c, NULL);
         }
-        c->peer = (ControlPeer){ .pid = cred.pid, .uid = cred.uid, .gid = cred.gid };
-        log_debug("Control connection from pid %d, uid %u.", (int) cred.pid, (unsigned) cred.uid);
+        if (!server_admits(s, c->peer.uid, why, sizeof why)) {
+                if (!s->limit_logged)
+                        log_warning("Refusing control connections (pid %d, uid %u): %s.", (int) c->peer.pid,
+                                    (unsigned) c->peer.uid, why);
+                s->limit_logged = true;
+                return conn_refuse(c, why);
+        }
+        LIST_PREPEND(s->connections, c);
+        s->n_connections++;
+        log_debug("Control connection from pid %d, uid %u.", (int) c->peer.pid, (unsigned) c->peer.uid);
 
+        conn_idle_start(c);
         r = uv_read_start((uv_stream_t *) &c->pipe, conn_alloc_cb, conn_read_cb);
         if (r < 0) {
                 log_warning_errno(r, "Failed to read from control peer (pid %d): %m", (int) c->peer.pid);
@@ -711,6 +852,8 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
                 .methods = methods,
                 .n_methods = n_methods,
                 .userdata = userdata,
+                .idle_timeout = CONTROL_IDLE_TIMEOUT_MSEC,
+                .own_uid = getuid(),
         };
 
         if (listen_fd >= 0) {
@@ -740,6 +883,9 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
         r = uv_listen((uv_stream_t *) &s->pipe, CONTROL_BACKLOG, server_connection_cb);
         if (r < 0)
                 goto fail_close;
+        (void) uv_timer_init(loop, &s->idle_timer);
+        s->idle_timer.data = s;
+        s->n_handles++;
 
         *ret = TAKE_PTR(s);
         return 0;
@@ -761,9 +907,14 @@ void control_server_close(ControlServer *s) {
         s->closing = true;
         server_unlink_socket(s);
         uv_close((uv_handle_t *) &s->pipe, server_listener_close_cb);
+        uv_close((uv_handle_t *) &s->idle_timer, server_listener_close_cb);
         /* Connections leave the list only in their close callbacks, so it is stable here. */
         for (ControlConnection *c = s->connections, *next; c; c = next) {
                 next = c->next;
                 conn_close(c, true);
         }
+}
+
+void control_server_set_idle_timeout(ControlServer *s, uint64_t msec) {
+        s->idle_timeout = msec > 0 ? msec : CONTROL_IDLE_TIMEOUT_MSEC;
 }

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -59,6 +60,14 @@ typedef struct ControlServer ControlServer;
  * SIGPIPE (libuv writes with write(2)); a vanished peer is then dropped. */
 int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t socket_gid,
                        const ControlMethod *methods, size_t n_methods, void *userdata, ControlServer **ret);
+
+/* Limits, so that no peer can lock root out: 256 connections in all, of which
+ * the last 32 only for root and the daemon's own uid, and 64 at most per other
+ * uid (a peer over a limit gets one error line and is closed). A connection
+ * with no request open must complete a request line within the idle timeout
+ * (5 s) or it is closed with an error line; one waiting for an answer is not
+ * idle. Tests may set another timeout (msec; 0: the default). */
+void control_server_set_idle_timeout(ControlServer *s, uint64_t msec);
 
 /* Stops listening, removes the socket file it bound (not a passed fd's),
  * cancels open requests and closes every connection. Frees itself after the

@@ -634,13 +634,9 @@ static int request_names(Supervisor *s, ControlRequest *req, json_t *params, jso
                         return -1;
                 }
                 c = supervisor_find(s, json_string_value(v));
-                if (!c) {
+                /* Another uid's context is answered as a missing one, so no name can be probed. */
+                if (!c || !peer_sees(control_request_peer(req), c)) {
                         control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", json_string_value(v));
-                        return -1;
-                }
-                if (!peer_sees(control_request_peer(req), c)) {
-                        control_request_error(req, KS_ERR_PERMISSION, NULL,
-                                              "permission denied: context %s is not yours", json_string_value(v));
                         return -1;
                 }
         }
@@ -668,12 +664,9 @@ static Context *request_context(Supervisor *s, ControlRequest *req, json_t *para
                 return NULL;
         }
         c = supervisor_find(s, name);
-        if (!c) {
+        /* Another uid's context is answered as a missing one, so no name can be probed. */
+        if (!c || !peer_sees(control_request_peer(req), c)) {
                 control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
-                return NULL;
-        }
-        if (!peer_sees(control_request_peer(req), c)) {
-                control_request_error(req, KS_ERR_PERMISSION, NULL, "permission denied: context %s is not yours", name);
                 return NULL;
         }
         if (s->stopping) {

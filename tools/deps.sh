@@ -34,3 +34,15 @@ ks_build() {
         mkdir -p "$dir"
         ( cd "$dir" && { [ -f Makefile ] || "$src/configure" -q "$@"; } && make -s -j"$(nproc)" )
 }
+
+# Fuzzing (./run-tests, make fuzz): clang, and its libFuzzer runtime where that is a
+# package of its own (libclang-rt-NN-dev on Debian 12 and later).
+ks_install_fuzz() {
+        ks_install_missing clang || return 1
+        local probe; probe=$(mktemp -d) || return 1
+        printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { return 0; }\n' >"$probe/f.c"
+        if ! clang -fsanitize=fuzzer,address,undefined "$probe/f.c" -o "$probe/f" 2>/dev/null; then
+                ks_install_missing "libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev" || { rm -rf "$probe"; return 1; }
+        fi
+        rm -rf "$probe"
+}

@@ -791,6 +791,68 @@ static void test_server_slow_reader(const char *path) {
         client_done(&c);
 }
 
+/* The idle timeout, shortened here to 300 ms: a silent peer and one that trickles bytes are closed with an error
+ * line; one that waits for an answer is not idle, and after the answer its clock runs again; a request that came in
+ * time while the loop was busy is answered, not mistaken for silence. */
+static void test_server_idle(ControlServer *s, const char *path) {
+        _cleanup_free_ char *later = protocol_request(40, "later", json_pack("{s:i}", "ms", 1200));
+        _cleanup_free_ char *echo = protocol_request(41, "echo", json_pack("{s:s}", "pad", "x"));
+        const char *trickle =
+                "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"echo\",\"params\":{\"pad\":\""
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}\n";
+        size_t sent = 0;
+        RpcMessage m = {}; /* rpc_message_done() zeroes it again, so a failed read leaves nothing to free */
+        Client c;
+
+        control_server_set_idle_timeout(s, 300);
+
+        is_int(client_connect(path, &c), 0, "connect and send nothing");
+        ok(client_read_message(&c, &m) && reply_is_error(&m, KS_ERR_TIMEOUT) && json_is_null(m.id) &&
+                   strstr(m.message, "idle timeout"),
+           "a silent peer gets an idle timeout error");
+        rpc_message_done(&m);
+        ok(client_closed_by_server(&c), "and is closed");
+        client_done(&c);
+
+        /* One byte at a time, each within the timeout of the last: the whole line has one deadline. */
+        is_int(client_connect(path, &c), 0, "connect a peer that trickles its request");
+        while (trickle[sent] && client_send(&c, trickle + sent, 1) == 0) {
+                struct pollfd p = { .fd = c.fd, .events = POLLIN };
+
+                sent++;
+                pump_briefly();
+                if (poll(&p, 1, 100) > 0)
+                        break;
+        }
+        ok(sent < strlen(trickle), "the trickling peer is cut off before its line is complete (%zu of %zu bytes)",
+           sent, strlen(trickle));
+        ok(client_read_message(&c, &m) && reply_is_error(&m, KS_ERR_TIMEOUT), "with an idle timeout error");
+        rpc_message_done(&m);
+        client_done(&c);
+
+        /* Waiting 1.2 s for an answer, four times the timeout, is not idle. */
+        is_int(client_connect(path, &c), 0, "connect for a slow answer");
+        is_int(client_send_str(&c, later), 0, "send a request answered after 1.2 s");
+        ok(client_read_message(&c, &m) && reply_is_result(&m, 40), "the slow answer arrives on the open connection");
+        rpc_message_done(&m);
+        ok(client_read_message(&c, &m) && reply_is_error(&m, KS_ERR_TIMEOUT),
+           "after the answer the clock runs again: idle timeout");
+        rpc_message_done(&m);
+        client_done(&c);
+
+        /* The loop is blocked past the deadline while a complete request waits unread. */
+        is_int(client_connect(path, &c), 0, "connect while the loop runs");
+        pump_briefly();
+        is_int(client_send_str(&c, echo), 0, "send a request");
+        usleep(500 * 1000); /* the daemon busy elsewhere, not a wait for an event */
+        ok(client_read_message(&c, &m) && reply_is_result(&m, 41),
+           "a request that came in time is answered after the loop was blocked past the deadline");
+        rpc_message_done(&m);
+        client_done(&c);
+
+        control_server_set_idle_timeout(s, 0);
+}
+
 static void test_server_connection_limit(const char *path) {
         Client clients[256], extra;
         RpcMessage m;
@@ -945,6 +1007,7 @@ static void test_server(void) {
         test_server_line_limit(path);
         test_server_disconnects(path);
         test_server_slow_reader(path);
+        test_server_idle(s, path);
         test_server_connection_limit(path);
         test_server_paths(path);
         test_server_close(s, path);
