@@ -5,12 +5,12 @@ What the daemon guarantees as PID 1 (tested here):
   kernelctl talks to it over the control socket; its status says pid 1.
 - Every orphan of the namespace becomes its child and is reaped: a cell's detached
   child that exited unreaped (a zombie of the kernel) is reaped once the kernel is
-  restarted, and so is a process that escaped the kernel's process group with
-  setsid() when it ends later. No zombie is ever left.
-- A process that escaped with setsid() is NOT ended by a kernel restart: the
-  daemon (like ipykernel's own shutdown) signals only the kernel's process group.
-  It keeps running as a child of PID 1 until it ends, or until PID 1 exits: then
-  the Linux kernel ends everything in the namespace.
+  restarted, and a process a cell orphaned while its kernel runs (a double fork:
+  its parent is PID 1 at once) is reaped when it ends. No zombie is ever left.
+- A process that escaped the kernel's process group with setsid() IS ended with its
+  kernel: every kernel has a cgroup of its own (or, without one, the daemon ends
+  what it inherits from that kernel), so nothing the kernel started outlives a
+  restart.
 - SIGTERM or SIGINT to PID 1 stops every kernel (its process group included) and
   exits 0 within the stop timeout; nothing is left afterwards.
 Needs root (a PID namespace); skipped otherwise."""
@@ -39,6 +39,13 @@ kept = [subprocess.Popen(["/bin/sh", "-c", "exit 0"], start_new_session=True),
         subprocess.Popen(["sleep", "1000"], start_new_session=True),
         subprocess.Popen(["sleep", "1001"])]
 kept[0].pid, kept[1].pid, kept[2].pid
+"""
+
+# The cell's child starts `sleep 2` in a new session, prints its pid and exits: the sleep is orphaned.
+ORPHAN_CELL = """import subprocess
+out = subprocess.run(["/bin/sh", "-c", "setsid sleep 2 </dev/null >/dev/null 2>&1 & echo $!"],
+                     capture_output=True, text=True).stdout.strip()
+int(out)
 """
 
 
@@ -205,23 +212,25 @@ def test_reaping(tap):
     tap.ok(harness.proc_stat(quick_h) is None, "the detached child that had exited is reaped",
            harness.describe(quick_h))
 
-    # The escaped sleep: out of the kernel's process group, so neither the daemon's
-    # group kill nor ipykernel's shutdown reaches it. It must at least be PID 1's now.
-    st = harness.proc_stat(escaped_h)
-    if st is not None and st[0] != "Z":
-        tap.diag(f"the setsid() sleep survives the kernel restart: {harness.describe(escaped_h)}")
-    tap.ok(st is None or st[1] == pid1, "the escaped sleep, if still running, is a child of PID 1 (which will reap it)",
+    # The escaped sleep: out of the kernel's process group, but in its cgroup (or tagged with its
+    # kernel_id), so it ended with the kernel, and PID 1 reaped it.
+    st = harness.poll_until(lambda: harness.proc_stat(escaped_h), 10, "the escaped sleep to be gone",
+                            check=lambda s: s is None)
+    tap.ok(st is None, "the sleep that escaped with setsid() ended with its kernel and was reaped",
            harness.describe(escaped_h))
-    tap.ok(st is None or st[0] != "Z", "the escaped sleep is not a zombie", harness.describe(escaped_h))
-    if st is not None:
-        os.kill(escaped_h, signal.SIGKILL)
-        with contextlib.suppress(harness.WaitTimeout):
-            harness.wait_until(lambda: harness.proc_stat(escaped_h), 5, "the killed sleep to be reaped",
-                               check=lambda s: s is None)
-        tap.ok(harness.proc_stat(escaped_h) is None, "when the escaped sleep ends, PID 1 reaps it (no zombie)",
-               harness.describe(escaped_h))
-    else:
-        tap.skip("when the escaped sleep ends, PID 1 reaps it", "it did not survive the restart")
+
+    # An orphan made while the kernel runs: the cell's child forks a sleep into a session of its own and
+    # exits at once, so the sleep's parent is PID 1 until it ends a moment later.
+    r = run_cell(tap, d, "default", ORPHAN_CELL, "a cell orphans a short sleep (a double fork)")
+    line = r.stdout.splitlines()[0] if r.stdout else ""
+    orphan_h = d.host_pid(int(line)) if line.isdigit() else None
+    st = harness.proc_stat(orphan_h) if orphan_h else None
+    tap.ok(orphan_h is not None, "the orphaned sleep runs in the namespace", repr(r.stdout))
+    tap.ok(st is None or st[1] == pid1, "while it runs, the orphan is a child of PID 1", harness.describe(orphan_h))
+    gone = harness.poll_until(lambda: harness.proc_stat(orphan_h) if orphan_h else None, 15,
+                              "the orphan to end and be reaped", check=lambda s: s is None)
+    tap.ok(orphan_h is not None and gone is None, "when the orphan ends, PID 1 reaps it (no zombie)",
+           harness.describe(orphan_h) if orphan_h else "")
 
     # Another detached sleep, for the stop below: PID 1's exit must end it too.
     r = run_cell(tap, d, "default", "import subprocess\nlate = subprocess.Popen(['sleep', '1002'], "
