@@ -394,7 +394,7 @@ static int kernel_launch(unsigned k) {
         kernel_pids[n_kernels++] = pid;
         w.pid = pid;
 
-        r = kernel_conn_new(&w.loop, w.zmq, &ci, &conn_callbacks, &w, &w.conn);
+        r = kernel_conn_new(&w.loop, w.zmq, &ci, exec_message_bound(10 * 1024 * 1024), &conn_callbacks, &w, &w.conn);
         if (r < 0)
                 return r;
         w.info_replied = false;
@@ -667,6 +667,16 @@ static void test_limit(Done *d) {
         {
                 const char *err = stext(d->outputs, "stderr"), *m = strstr(err, marker);
                 ok(m && !strstr(m + 1, marker), "huge print: the marker is there, once");
+        }
+        {
+                /* 5,000,001 + 6 bytes printed, 65536 kept. */
+                const char *summary = "[output truncated: 4934471 more bytes not kept]\n";
+                const char *err = stext(d->outputs, "stderr");
+
+                ok(strlen(err) >= strlen(summary) && streq(err + strlen(err) - strlen(summary), summary),
+                   "huge print: the last output says how much was cut");
+                kept -= strlen(summary);
+                streamed -= strlen(summary);
         }
         ok(kept <= opt.output_limit + strlen(marker), "huge print: kept text bounded (%zu)", kept);
         ok(kept >= opt.output_limit, "huge print: kept up to the limit (%zu)", kept);
