@@ -539,7 +539,12 @@ static int conn_monitor(KernelConn *c, void *zmq_ctx, size_t idx) {
         c->mon_poll[idx].data = c;
         c->mon_poll_init[idx] = true;
         c->n_open_handles++;
-        return uv_poll_start(&c->mon_poll[idx], UV_READABLE, on_monitor_poll);
+        r = uv_poll_start(&c->mon_poll[idx], UV_READABLE, on_monitor_poll);
+        if (r < 0)
+                return r;
+        /* Until a read has found the queue empty, libzmq does not signal ZMQ_FD for a new message. */
+        conn_drain_monitor(c, idx);
+        return 0;
 }
 
 /* Bounds what one socket can make us hold: a frame over max (0: none) drops
