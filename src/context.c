@@ -275,9 +275,13 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
 static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         Context *c = userdata;
 
-        log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, or it broke); "
-                    "connected again",
-                    c->name, channel_to_string(channel), c->max_message);
+        /* A kernel that exits closes them all: worth a warning only while it should be running. */
+        if (c->state == CONTEXT_STOPPING)
+                log_debug("%s: the kernel closed its %s connection", c->name, channel_to_string(channel));
+        else
+                log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, or it "
+                            "broke); connected again",
+                            c->name, channel_to_string(channel), c->max_message);
         exec_queue_on_dropped(c->exec, channel, c->max_message);
 }
 

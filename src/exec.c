@@ -941,13 +941,15 @@ static ExecCell *queue_first_expired(ExecQueue *q, usec_t now) {
 static void wait_timer_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
         ExecCell *cell;
-        char d[32], msg[256];
+        char d[32], msg[256], note[300];
 
         while ((cell = queue_first_expired(q, now_usec(CLOCK_MONOTONIC)))) {
                 queue_unlink(q, cell);
                 snprintf(msg, sizeof msg, "the cell did not start within its timeout of %s: %s",
                          format_duration(d, sizeof d, cell->opt.timeout),
                          q->conn ? "the kernel was busy with an earlier cell" : "the context had no kernel ready");
+                snprintf(note, sizeof note, "[not run: %s]\n", msg);
+                cell_note(cell, note);
                 answer(cell, EXEC_TIMEOUT, q->conn ? q->kernel_id : NULL, msg);
         }
         queue_arm_wait(q);
