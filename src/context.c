@@ -48,7 +48,7 @@ struct Context {
         int pidfd;
         uv_poll_t *pid_poll;    /* NULL when none; freed in its close callback */
         KernelConn *conn;
-        size_t max_message; /* conn's bound on one frame, from output_limit when it was made */
+        size_t max_message;     /* conn's bound on one frame, from output_limit when it was made */
         ExecQueue *exec;        /* cells, one at a time; outlives kernels */
         bool deadline_hit;      /* the start deadline killed it */
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */

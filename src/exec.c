@@ -647,8 +647,9 @@ static void run_finish(ExecQueue *q) {
         run_clear(q);
         if (cell) {
                 if (!replied)
-                        cell_note(cell, "\n[no reply: the kernel sent no reply to the cell (interrupted after its code "
-                                        "finished, or the reply was lost)]\n");
+                        cell_note(cell,
+                                  "\n[no reply: the kernel sent no reply to the cell (interrupted after its code "
+                                  "finished, or the reply was lost)]\n");
                 if (cell->timed_out) {
                         status = EXEC_TIMEOUT;
                         snprintf(msg, sizeof msg, "the cell ran longer than its timeout of %s and was interrupted%s",

@@ -622,9 +622,10 @@ static int request_timeout(ControlRequest *req, json_t *params, unsigned def_sec
         if (json_is_number(t) &&
             protocol_timeout_usec(json_number_value(t), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC, ret) >= 0)
                 return 0;
-        control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                              "params.timeout must be a number of seconds greater than 0 (more than %d is taken as %d)",
-                              PROTOCOL_MAX_TIMEOUT_SEC, PROTOCOL_MAX_TIMEOUT_SEC);
+        control_request_error(
+                req, RPC_INVALID_PARAMS, NULL,
+                "params.timeout must be a number of seconds greater than 0 (more than %d is taken as %d)",
+                PROTOCOL_MAX_TIMEOUT_SEC, PROTOCOL_MAX_TIMEOUT_SEC);
         return -EINVAL;
 }
 

@@ -365,7 +365,8 @@ static void feed_status(ExecQueue *q, const char *parent, const char *state) {
 }
 
 static void feed_reply(ExecQueue *q, const char *parent, const char *status) {
-        feed(q, CHANNEL_SHELL, "execute_reply", parent, json_pack("{s:s, s:i}", "status", status, "execution_count", 9));
+        feed(q, CHANNEL_SHELL, "execute_reply", parent,
+             json_pack("{s:s, s:i}", "status", status, "execution_count", 9));
 }
 
 static void feed_info(ExecQueue *q, const char *parent) {
@@ -497,8 +498,7 @@ static void test_states(void) {
         since = n_sent;
         ok(submit_started(q, "pass", &opt, &d, id), "dropped: started");
         exec_queue_on_dropped(q, CHANNEL_HB, 12345);
-        ok(!sent_since(since + 1, "kernel_info_request") && json_array_size(d.streamed) == 0,
-           "dropped hb: nothing");
+        ok(!sent_since(since + 1, "kernel_info_request") && json_array_size(d.streamed) == 0, "dropped hb: nothing");
         exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
         exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
         probe = sent_since(since, "kernel_info_request");

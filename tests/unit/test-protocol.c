@@ -826,8 +826,8 @@ static void test_server_disconnects(const char *path) {
 
 /* Sends a spew request and runs the loop until the server has handled it. */
 static void spew(Client *c, int n, int size, long long allow) {
-        _cleanup_free_ char *req = protocol_request(31, "spew", json_pack("{s:i, s:i, s:I}", "n", n, "size", size,
-                                                                          "allow", (json_int_t) allow));
+        _cleanup_free_ char *req = protocol_request(
+                31, "spew", json_pack("{s:i, s:i, s:I}", "n", n, "size", size, "allow", (json_int_t) allow));
 
         spew_ran = false;
         is_int(client_send_str(c, req), 0, "send a spew request");
