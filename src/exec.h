@@ -5,9 +5,9 @@
  * answered once the context has a new kernel (or gave up), naming it.
  *
  * Callbacks (sink and hooks) never run from inside exec_queue_submit,
- * exec_cell_cancel or exec_queue_interrupt, except hooks->interrupt, which
- * the latter two call, and hooks->busy(true), which submit calls when the
- * cell starts at once. on_done may run from inside exec_queue_attach,
+ * exec_cell_cancel or exec_queue_interrupt, except hooks->interrupt and
+ * hooks->send, which the latter two call, and hooks->send and
+ * hooks->busy(true), which submit calls when the cell starts at once. on_done may run from inside exec_queue_attach,
  * exec_queue_give_up, exec_queue_free, exec_queue_on_reply and
  * exec_queue_on_iopub; from on_done a caller may submit and cancel cells, but
  * must not free the queue. */
