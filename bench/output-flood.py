@@ -100,31 +100,48 @@ def run_exec(d, code):
 
 
 def run_client(d, code):
+    """As an app would: execute, collect iopub, end at the execute_reply. iopub is lossy
+    for a subscriber slower than the kernel (its idle may never come), so after the
+    reply what is left on iopub is read until it stays quiet for a second."""
     from jupyter_client import BlockingKernelClient
 
     kc = BlockingKernelClient()
     kc.load_connection_file(d.connection_file)
     kc.start_channels()
+    received = 0
+
+    def take(timeout):
+        nonlocal received
+        m = kc.get_iopub_msg(timeout=timeout)
+        if m["parent_header"].get("msg_id") != msg_id:
+            return
+        if m["msg_type"] == "stream":
+            received += len(m["content"]["text"])
+        elif m["msg_type"] == "display_data":
+            received += len(m["content"]["data"].get("text/plain", ""))
+
     try:
         kc.wait_for_ready(timeout=60)
         msg_id = kc.execute(code, allow_stdin=False)
-        received = 0
-        while True:
-            m = kc.get_iopub_msg(timeout=1800)
-            if m["parent_header"].get("msg_id") != msg_id:
-                continue
-            if m["msg_type"] == "stream":
-                received += len(m["content"]["text"])
-            elif m["msg_type"] == "display_data":
-                received += len(m["content"]["data"].get("text/plain", ""))
-            elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
-                break
-        while True:
-            m = kc.get_shell_msg(timeout=1800)
-            if m["parent_header"].get("msg_id") == msg_id:
-                return f"reply {m['content']['status']}", received, 0
-    except queue.Empty:
-        return "no reply", 0, 0
+        status = None
+        while status is None:
+            try:
+                m = kc.get_shell_msg(timeout=0.01)
+                if m["parent_header"].get("msg_id") == msg_id:
+                    status = m["content"]["status"]
+            except queue.Empty:
+                pass
+            try:
+                while True:
+                    take(0)
+            except queue.Empty:
+                pass
+        try:
+            while True:
+                take(1)
+        except queue.Empty:
+            pass
+        return f"reply {status}", received, 0
     finally:
         kc.stop_channels()
 

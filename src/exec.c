@@ -17,6 +17,10 @@
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
 #define ABORTED_RETRIES 3
+/* What a kept output other than stream text costs beyond its text (the JSON
+ * objects holding it), counted against output_limit: a million empty
+ * displays must not be a million objects in memory. */
+#define OUTPUT_COST 1024
 
 struct ExecCell {
         ExecQueue *q;
@@ -333,7 +337,7 @@ static void cell_on_display(ExecCell *cell, const char *type, const json_t *cont
         if (!json_is_object(data))
                 return;
         if (cell->truncated) {
-                cell->cut += bundle_size(data);
+                cell->cut += bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
                 return;
         }
         if (!json_is_object(metadata))
@@ -342,7 +346,7 @@ static void cell_on_display(ExecCell *cell, const char *type, const json_t *cont
                 return;
         if (!is_update && cell->clear_on_next)
                 cell_clear(cell);
-        size = bundle_size(data);
+        size = bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
         if (size > cell_room(cell)) {
                 cell->cut += size;
                 cell_truncate(cell);
@@ -405,7 +409,7 @@ static size_t error_size(const json_t *content) {
 static void cell_on_error(ExecCell *cell, const json_t *content) {
         const json_t *tb = json_object_get(content, "traceback");
         json_auto_t *o = NULL;
-        size_t size = error_size(content);
+        size_t size = error_size(content) + OUTPUT_COST;
 
         if (cell->clear_on_next)
                 cell_clear(cell);

@@ -79,7 +79,8 @@ typedef struct ExecOptions {
          * its deadline is answered EXEC_TIMEOUT without having run. */
         usec_t timeout;
         /* Bytes of output text kept (and streamed) per cell: stream text and
-         * the sizes of the data values. Beyond it a marker stream output on
+         * the sizes of the data values, and 1 KiB for each output other than
+         * stream text (what it takes in memory beyond its text). Beyond it a marker stream output on
          * stderr, "\n[output truncated: limit of N bytes reached]\n", then
          * nothing, except the first error output (it carries the cell's
          * outcome); when the cell ends, a last stderr output says how much

@@ -532,6 +532,22 @@ static void test_states(void) {
         ok(d.done && d.status == EXEC_OK, "deadline: the long cell ends ok");
         opt.timeout = USEC_INFINITY;
 
+        /* A flood of empty displays: each kept output counts 1 KiB against the limit. */
+        opt.output_limit = 4096;
+        ok(submit_started(q, "displays", &opt, &d, id), "empty displays: started");
+        for (int i = 0; i < 1000; i++)
+                feed(q, CHANNEL_IOPUB, "display_data", id,
+                     json_pack("{s:{s:s}, s:{}}", "data", "text/plain", "", "metadata"));
+        feed_reply(q, id, "ok");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "empty displays: ok");
+        is_int(count_outputs(d.outputs, "display_data"), 4, "empty displays: 4 kept under a limit of 4096");
+        ok(strstr(stext(d.outputs, "stderr"), "[output truncated: limit of 4096 bytes reached]") != NULL,
+           "empty displays: then the marker");
+        ok(strstr(stext(d.outputs, "stderr"), "[output truncated: 1019904 more bytes not kept]") != NULL,
+           "empty displays: and how much more came (996 x 1 KiB)");
+        opt.output_limit = default_opt.output_limit;
+
         exec_queue_free(q);
         uv_close((uv_handle_t *) &w.safety, NULL);
         uv_run(&w.loop, UV_RUN_DEFAULT);
