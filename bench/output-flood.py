@@ -102,7 +102,7 @@ def run_exec(d, code):
 def run_client(d, code):
     """As an app would: execute, collect iopub, end at the execute_reply. iopub is lossy
     for a subscriber slower than the kernel (its idle may never come), so after the
-    reply what is left on iopub is read until it stays quiet for a second."""
+    reply iopub is read until the cell's idle or 10 s without a message."""
     from jupyter_client import BlockingKernelClient
 
     kc = BlockingKernelClient()
@@ -111,14 +111,16 @@ def run_client(d, code):
     received = 0
 
     def take(timeout):
+        """Reads one iopub message; True when it is the cell's idle."""
         nonlocal received
         m = kc.get_iopub_msg(timeout=timeout)
         if m["parent_header"].get("msg_id") != msg_id:
-            return
+            return False
         if m["msg_type"] == "stream":
             received += len(m["content"]["text"])
         elif m["msg_type"] == "display_data":
             received += len(m["content"]["data"].get("text/plain", ""))
+        return m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
 
     try:
         kc.wait_for_ready(timeout=60)
@@ -137,8 +139,8 @@ def run_client(d, code):
             except queue.Empty:
                 pass
         try:
-            while True:
-                take(1)
+            while not take(10):
+                pass
         except queue.Empty:
             pass
         return f"reply {status}", received, 0
