@@ -15,7 +15,7 @@ each two ways:
             file runs it; the daemon only listens on iopub as it always does
 
 Printed next to output_limit and the bound kernelsup.ini(5) states for one context
-(48 MiB + 24 x output_limit), with what the caller got (exit status or reply status,
+(48 MiB + 64 MiB + 16 x output_limit), with what the caller got (exit status or reply status,
 bytes of output, markers).
 
 Usage: /usr/bin/python3 bench/output-flood.py [BUILDDIR] [--limit 10M] [--only NAME]
@@ -160,7 +160,7 @@ def main():
         sys.exit(f"{sys.executable} has no jupyter_client: run this with /usr/bin/python3")
 
     limit = parse_size(args.limit)
-    bound = 48 * MiB + 24 * limit
+    bound = 48 * MiB + 64 * MiB + 16 * limit
     rows = []
     d = Daemon(args.builddir, args.limit)
     idle = vm_hwm(d.proc.pid)
@@ -181,7 +181,7 @@ def main():
                   f"{markers} markers, {secs:.1f} s", file=sys.stderr)
 
     print(f"kernelsupd peak RSS (VmHWM) under cell output; output_limit {limit / MiB:g} MiB, "
-          f"stated bound {bound / MiB:g} MiB (48 MiB + 24 x output_limit); idle daemon {idle / MiB:.1f} MiB; "
+          f"stated bound {bound / MiB:g} MiB (48 MiB + 64 MiB + 16 x output_limit); idle daemon {idle / MiB:.1f} MiB; "
           f"{os.cpu_count()} CPUs")
     print(f"{'flood':<24}{'through':<17}{'VmHWM MiB':>10}  {'caller got':<22}{'bytes':>11}{'markers':>8}{'s':>7}")
     for what, how, hwm, outcome, nbytes, markers, secs in rows:

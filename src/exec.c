@@ -78,6 +78,10 @@ struct ExecQueue {
                  * says the kernel has left the request ("" when none). */
                 char probe_id[37];
                 bool probe_replied, probe_idle;
+                /* iopub was dropped (bound of the connection): the marker goes
+                 * in when the kernel is heard from again, so that a kernel that
+                 * died (which drops every connection) gets none. 0: none. */
+                size_t drop_pending;
         } run;
 
         ExecCell *died; /* was running when the kernel died; answered at the next attach */
@@ -452,6 +456,7 @@ static void cell_on_clear(ExecCell *cell, const json_t *content) {
 
 static void queue_advance(ExecQueue *q);
 static void settle_cb(uv_timer_t *t);
+static void run_mark_drop(ExecQueue *q);
 
 static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message) {
         ExecResult res = {
@@ -475,6 +480,7 @@ static void run_clear(ExecQueue *q) {
         q->run.auto_interrupted = q->run.in_grace = false;
         q->run.probe_id[0] = '\0';
         q->run.probe_replied = q->run.probe_idle = false;
+        q->run.drop_pending = 0;
         (void) uv_timer_stop(&q->timer);
         (void) uv_timer_stop(&q->settle);
 }
@@ -790,6 +796,8 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                         handshake_send(q);
                 return;
         }
+        if (run_taken(q))
+                run_mark_drop(q);
         if (run_taken(q) && q->run.probe_id[0] && streq(parent, q->run.probe_id)) {
                 q->run.probe_replied = true;
                 run_check(q);
@@ -852,6 +860,7 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
         }
         if (!run_taken(q))
                 return;
+        run_mark_drop(q);
         type = jupyter_msg_type(msg);
         if (q->run.probe_id[0] && streq(jupyter_msg_parent_id(msg), q->run.probe_id)) {
                 if (msg_is_idle(type, msg)) {
@@ -896,22 +905,31 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
 }
 
 void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message) {
-        ExecCell *cell;
+        if (!q || !q->conn || !run_taken(q) || (channel != CHANNEL_IOPUB && channel != CHANNEL_SHELL))
+                return;
+        if (channel == CHANNEL_IOPUB)
+                q->run.drop_pending = max_message;
+        /* Its reply or its idle may be among what was lost. */
+        run_probe(q);
+}
+
+/* The kernel was heard from after iopub was dropped: it is alive, so the
+ * drop was a message over the bound (or a broken connection), not its death. */
+static void run_mark_drop(ExecQueue *q) {
+        ExecCell *cell = q->run.cell;
         char text[256];
 
-        if (!q || !q->conn || channel == CHANNEL_HB || !run_taken(q))
+        if (!q->run.drop_pending)
                 return;
-        cell = q->run.cell;
         if (cell && !cell->drop_marked) {
                 cell->drop_marked = true;
                 snprintf(text, sizeof text,
                          "\n[output dropped: a message of more than %zu bytes from the kernel (or a broken "
-                         "connection); what it sent on %s meanwhile is lost]\n",
-                         max_message, channel_to_string(channel) ?: "?");
+                         "connection); what it sent on iopub meanwhile is lost]\n",
+                         q->run.drop_pending);
                 cell_note(cell, text);
         }
-        /* Its reply or its idle may be among what was lost. */
-        run_probe(q);
+        q->run.drop_pending = 0;
 }
 
 /* ---- Deadlines of queued cells ---- */
@@ -963,7 +981,7 @@ static void wait_timer_cb(uv_timer_t *t) {
 /* ---- Public ---- */
 
 size_t exec_message_bound(size_t output_limit) {
-        const size_t margin = 1024 * 1024;
+        const size_t margin = 16 * 1024 * 1024;
 
         return output_limit > (SIZE_MAX - margin) / 2 ? SIZE_MAX : 2 * output_limit + margin;
 }

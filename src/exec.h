@@ -30,9 +30,10 @@
 #define EXEC_SETTLE_USEC (1 * USEC_PER_SEC)
 
 /* The largest frame the daemon takes from a kernel whose cells keep
- * output_limit bytes: 2 * output_limit + 1 MiB, room for the JSON of a
- * message whose text fits the limit (a newline is 2 bytes in JSON). A larger
- * message is dropped whole (see KernelConnCallbacks.on_dropped). */
+ * output_limit bytes: 2 * output_limit + 16 MiB, room for the JSON of a
+ * message whose text fits the limit (a newline is 2 bytes in JSON), and for
+ * the head of a big print with a small limit. A larger message is dropped
+ * whole (see KernelConnCallbacks.on_dropped). */
 size_t exec_message_bound(size_t output_limit);
 
 typedef struct ExecQueue ExecQueue;
@@ -147,11 +148,13 @@ bool exec_queue_interrupt(ExecQueue *q);
 void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg);
 void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
 /* The connection of channel was dropped (KernelConnCallbacks.on_dropped;
- * max_message: its bound). The running cell gets, once, the stderr output
- * "\n[output dropped: a message of more than N bytes from the kernel (or a
- * broken connection); what it sent on CHANNEL meanwhile is lost]\n", and
- * the queue asks the kernel whether it is still running the request (its
- * reply or idle may have been lost).
+ * max_message: its bound). For iopub, once the kernel is heard from again
+ * (a kernel that died drops every connection and gets no marker), the
+ * running cell gets, once, the stderr output "\n[output dropped: a message
+ * of more than N bytes from the kernel (or a broken connection); what it
+ * sent on iopub meanwhile is lost]\n". For iopub and shell the queue asks
+ * the kernel whether it is still running the request (its reply or idle may
+ * have been lost); control and hb drops are not the queue's concern.
  *
  * How a request ends: its execute_reply and its iopub idle both came; or a
  * kernel_info_request sent after it (after an interrupt, a dropped

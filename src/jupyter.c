@@ -328,10 +328,14 @@ void kernel_conn_close(KernelConn *c) {
                         uv_close((uv_handle_t *) &c->poll[i], on_handle_closed);
                 if (c->mon_poll_init[i])
                         uv_close((uv_handle_t *) &c->mon_poll[i], on_handle_closed);
+                /* Stop the monitor while our PAIR still reads it: libzmq sends
+                 * monitor events blocking, holding a lock that stopping takes,
+                 * and a PAIR without its peer never takes them (a deadlock). */
+                if (c->sock[i])
+                        (void) zmq_socket_monitor(c->sock[i], NULL, 0);
                 if (c->mon[i]) {
                         (void) zmq_close(c->mon[i]);
                         c->mon[i] = NULL;
-                        (void) zmq_socket_monitor(c->sock[i], NULL, 0);
                 }
                 if (c->sock[i]) {
                         (void) zmq_close(c->sock[i]);

@@ -58,7 +58,7 @@ typedef struct KernelConn KernelConn;
 
 /* Messages libzmq queues per socket before it stops reading from the kernel
  * (which then queues, and drops on iopub past its own high-water mark). */
-#define KERNEL_CONN_RCVHWM 4
+#define KERNEL_CONN_RCVHWM 1
 
 typedef struct KernelConnCallbacks {
         /* A verified reply on shell or control (channel says which). msg is

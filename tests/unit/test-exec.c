@@ -498,11 +498,14 @@ static void test_states(void) {
         since = n_sent;
         ok(submit_started(q, "pass", &opt, &d, id), "dropped: started");
         exec_queue_on_dropped(q, CHANNEL_HB, 12345);
-        ok(!sent_since(since + 1, "kernel_info_request") && json_array_size(d.streamed) == 0, "dropped hb: nothing");
+        exec_queue_on_dropped(q, CHANNEL_CONTROL, 12345);
+        ok(!sent_since(since + 1, "kernel_info_request") && json_array_size(d.streamed) == 0,
+           "dropped hb and control: nothing");
         exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
         exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
         probe = sent_since(since, "kernel_info_request");
         ok(probe != NULL, "dropped iopub: a probe goes out");
+        is_int(json_array_size(d.streamed), 0, "dropped iopub: no marker before the kernel is heard from");
         feed_reply(q, id, "ok");
         feed_info(q, probe);
         feed_status(q, probe, "idle");
@@ -512,6 +515,18 @@ static void test_states(void) {
                "what it sent on iopub meanwhile is lost]\n",
                "dropped iopub: the marker, once");
         is_int(json_array_size(d.streamed), 1, "dropped iopub: streamed once");
+
+        /* A kernel that dies drops every connection: no marker for that. */
+        since = n_sent;
+        ok(submit_started(q, "spin", &opt, &d, id), "died: started");
+        exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
+        exec_queue_on_dropped(q, CHANNEL_SHELL, 12345);
+        exec_queue_detach(q, "killed by SIGKILL");
+        exec_queue_attach(q, (KernelConn *) &fake_token, "kf2");
+        ok(d.done && d.status == EXEC_DIED, "died: EXEC_DIED at the next attach");
+        is_int(json_array_size(d.outputs), 0, "died: no dropped-message marker");
+        memcpy(hs, sent_since(since, "kernel_info_request") ?: "", 37);
+        feed_status(q, hs, "idle");
 
         /* A queued cell's deadline. */
         since = n_sent;
