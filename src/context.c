@@ -53,6 +53,7 @@ struct Context {
         int pidfd;
         uv_poll_t *pid_poll;    /* NULL when none; freed in its close callback */
         KernelConn *conn;
+        size_t max_message;     /* conn's bound on one frame, from output_limit when it was made */
         ExecQueue *exec;        /* cells, one at a time; outlives kernels */
         bool deadline_hit;      /* the start deadline killed it */
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
@@ -312,10 +313,26 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
         supervisor_context_heartbeat(c->sup, c);
 }
 
+/* libzmq dropped a connection, most likely for a message over the bound:
+ * the running cell is told, and the queue makes sure of the kernel's state. */
+static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
+        Context *c = userdata;
+
+        /* A kernel that exits closes them all: worth a warning only while it should be running. */
+        if (c->state == CONTEXT_STOPPING)
+                log_debug("%s: the kernel closed its %s connection", c->name, channel_to_string(channel));
+        else
+                log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, or it "
+                            "broke); connected again",
+                            c->name, channel_to_string(channel), c->max_message);
+        exec_queue_on_dropped(c->exec, channel, c->max_message);
+}
+
 static const KernelConnCallbacks conn_callbacks = {
         .on_reply = conn_on_reply,
         .on_iopub = conn_on_iopub,
         .on_hb = conn_on_hb,
+        .on_dropped = conn_on_dropped,
 };
 
 /* ---- Cells ---- */
@@ -994,7 +1011,8 @@ static void context_launch(Context *c) {
                  (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
 
-        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, &conn_callbacks, c, &c->conn);
+        c->max_message = exec_message_bound(c->cfg->output_limit);
+        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
         if (r < 0) {
                 log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
                 free(c->pending_error);
@@ -1247,7 +1265,8 @@ int context_adopt(Context *c, char **ret_reason) {
         log_info("%s: adopting kernel %s (pid %d, incarnation %llu) left by an earlier kernelsupd", c->name,
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
-        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, &conn_callbacks, c, &c->conn);
+        c->max_message = exec_message_bound(c->cfg->output_limit);
+        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
         if (r < 0) {
                 c->pending_error = strdup("cannot connect to the adopted kernel's ports");
                 (void) kill(-pid, SIGKILL);

@@ -37,12 +37,18 @@
  * long: the whole line, not each byte, so a peer that trickles bytes is closed
  * too. A connection waiting for a reply (a long cell, a wait) is never idle. */
 #define CONTROL_IDLE_TIMEOUT_MSEC 5000
+/* How long a peer with replies still unwritten may go without reading any of them. */
+#define CONTROL_WRITE_STALL_MSEC 60000
 #define CONTROL_BACKLOG 128
 /* One read; a longer line is collected in the connection's line buffer. */
 #define CONTROL_READ_SIZE (64 * 1024)
 /* A peer that sends requests but does not read the replies must not make us
- * buffer without bound. */
+ * buffer without bound: past this (plus what its requests were allowed, see
+ * control_request_allow_queue) it is disconnected. */
 #define CONTROL_MAX_WRITE_QUEUE (16 * 1024 * 1024)
+/* Backpressure: while this much is unread by the peer, its further requests
+ * wait (we stop reading); reading resumes below a quarter of it. */
+#define CONTROL_READ_PAUSE (1024 * 1024)
 
 #define LIST_PREPEND(head, item)                                                                                      \
         do {                                                                                                          \
@@ -87,6 +93,8 @@ struct ControlConnection {
         /* uv_now() by which a complete request line must have come; 0 while a request is open. */
         uint64_t idle_deadline;
         bool idle_grace; /* the deadline passed with bytes unread, and got one more loop iteration */
+        bool read_paused;   /* backpressure: the peer has CONTROL_READ_PAUSE unread */
+        size_t write_allowance; /* the most any of its requests may leave unread, beyond CONTROL_MAX_WRITE_QUEUE */
         char *rbuf;
         char *line; /* a partial line, waiting for its newline */
         size_t line_len, line_alloc;
@@ -236,13 +244,35 @@ static void conn_close_after_flush(ControlConnection *c) {
         conn_idle_start(c);
 }
 
+static void conn_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void conn_alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf);
+
+/* The peer read enough of what we sent: take its next requests again. */
+static void conn_maybe_resume(ControlConnection *c) {
+        if (!c->read_paused || c->closing ||
+            uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > CONTROL_READ_PAUSE / 4)
+                return;
+        c->read_paused = false;
+        if (uv_read_start((uv_stream_t *) &c->pipe, conn_alloc_cb, conn_read_cb) < 0)
+                conn_close(c, true);
+}
+
 static void conn_write_cb(uv_write_t *req, int status) {
         WriteReq *w = (WriteReq *) req;
         ControlConnection *c = req->handle->data;
 
         free(w->data);
         free(w);
-        if (status == 0 || status == UV_ECANCELED)
+        if (status == 0) {
+                /* The peer is reading what we sent: with no request open, that is not idleness, and a slow
+                 * reader of a long reply must not be cut off by the idle timeout. One that stops reading makes
+                 * no more progress, and the deadline then runs out. */
+                if (c->idle_deadline != 0 && !c->closing)
+                        conn_idle_start(c);
+                conn_maybe_resume(c);
+                return;
+        }
+        if (status == UV_ECANCELED)
                 return;
         /* A peer that went away is not worth a warning. */
         if (status == UV_EPIPE || status == UV_ECONNRESET)
@@ -250,6 +280,26 @@ static void conn_write_cb(uv_write_t *req, int status) {
         else
                 log_warning_errno(status, "Failed to write to control peer (pid %d): %m", (int) c->peer.pid);
         conn_close(c, true);
+}
+
+/* Flow control after a write was queued. A peer that reads slowly makes us
+ * stop reading its further requests (backpressure; what one request sends is
+ * bounded by its handler, an exec's output by output_limit); only a peer
+ * that leaves more than the bound unread is disconnected. */
+static int conn_flow(ControlConnection *c) {
+        size_t queued = uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe);
+
+        if (queued > CONTROL_MAX_WRITE_QUEUE && queued - CONTROL_MAX_WRITE_QUEUE > c->write_allowance) {
+                log_warning("Control peer (pid %d) leaves %zu bytes of replies unread, closing its connection.",
+                            (int) c->peer.pid, queued);
+                conn_close(c, false);
+                return -EPIPE;
+        }
+        if (queued > CONTROL_READ_PAUSE && !c->read_paused) {
+                c->read_paused = true;
+                (void) uv_read_stop((uv_stream_t *) &c->pipe);
+        }
+        return 0;
 }
 
 /* Queues one encoded line (taken; NULL means out of memory). A connection
@@ -278,14 +328,7 @@ static int conn_send(ControlConnection *c, char *line) {
                 return r;
         }
         TAKE_PTR(data);
-
-        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > CONTROL_MAX_WRITE_QUEUE) {
-                log_warning("Control peer (pid %d) does not read its replies, closing its connection.",
-                            (int) c->peer.pid);
-                conn_close(c, false);
-                return -EPIPE;
-        }
-        return 0;
+        return conn_flow(c);
 }
 
 /* Sends a line for a request: an internal error when encoding failed, and
@@ -313,6 +356,11 @@ const ControlPeer *control_request_peer(const ControlRequest *req) {
 
 const char *control_request_method(const ControlRequest *req) {
         return req->method;
+}
+
+void control_request_allow_queue(ControlRequest *req, size_t bytes) {
+        if (bytes > req->conn->write_allowance)
+                req->conn->write_allowance = bytes;
 }
 
 void control_request_reply(ControlRequest *req, json_t *result) {
@@ -451,11 +499,17 @@ static void conn_try_send_error(ControlConnection *c, int code, const char *mess
 static void server_idle_cb(uv_timer_t *t);
 
 /* Starts (or restarts) the connection's idle clock: a complete request line
- * must come within the server's idle timeout. */
+ * must come within the server's idle timeout. While replies are still being
+ * written, the clock is the longer CONTROL_WRITE_STALL_MSEC, restarted at each
+ * write the peer takes: a slow reader, or one paused by its pager, keeps its
+ * reply; one that stops reading for good is closed. */
 static void conn_idle_start(ControlConnection *c) {
         ControlServer *s = c->server;
+        uint64_t timeout = s->idle_timeout;
 
-        c->idle_deadline = uv_now(s->loop) + s->idle_timeout;
+        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > 0 && timeout < CONTROL_WRITE_STALL_MSEC)
+                timeout = CONTROL_WRITE_STALL_MSEC;
+        c->idle_deadline = uv_now(s->loop) + timeout;
         c->idle_grace = false;
         /* Deadlines only grow, so one armed already comes first, unless the timeout was shortened since. */
         if (!uv_is_active((uv_handle_t *) &s->idle_timer) || uv_timer_get_due_in(&s->idle_timer) > s->idle_timeout)

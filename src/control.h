@@ -36,6 +36,13 @@ const char *control_request_method(const ControlRequest *req);
 void control_request_reply(ControlRequest *req, json_t *result);
 void control_request_error(ControlRequest *req, int code, json_t *data, const char *fmt, ...) _printf_(4, 5);
 
+/* What the request may leave unread on its connection (its streamed
+ * notifications and its reply), beyond a fixed 16 MiB, before a peer that
+ * does not read is disconnected. The connection keeps the largest value any
+ * of its requests asked for. A peer that reads slowly is never disconnected
+ * for that: while 1 MiB is unread its further requests wait. */
+void control_request_allow_queue(ControlRequest *req, size_t bytes);
+
 /* Sends a notification on the request's connection before the reply
  * (streamed output). params is stolen. -EPIPE when the peer is gone. */
 int control_request_notify(ControlRequest *req, const char *method, json_t *params);

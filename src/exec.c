@@ -2,6 +2,7 @@
  * logs, its outcomes go to the sinks. */
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,10 @@
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
 #define ABORTED_RETRIES 3
+/* What a kept output other than stream text costs beyond its text (the JSON
+ * objects holding it), counted against output_limit: a million empty
+ * displays must not be a million objects in memory. */
+#define OUTPUT_COST 1024
 
 struct ExecCell {
         ExecQueue *q;
@@ -38,6 +43,9 @@ struct ExecCell {
         size_t bytes;       /* text counted against opt.output_limit */
         bool truncated;
         bool error_kept_after_limit;
+        size_t cut;       /* bytes of text that came after the limit */
+        bool drop_marked; /* the marker of a dropped message was added */
+        usec_t deadline;  /* CLOCK_MONOTONIC: submit + opt.timeout; USEC_INFINITY */
 
         long long execution_count;
         char *reply_status; /* "ok", "error", "aborted"; NULL until the reply */
@@ -66,6 +74,14 @@ struct ExecQueue {
                 bool got_reply, got_idle;
                 bool auto_interrupted; /* by timeout or cancel: at most once */
                 bool in_grace;         /* timed out, interrupted, waiting for the reply */
+                /* A kernel_info_request sent behind the request: its reply
+                 * says the kernel has left the request ("" when none). */
+                char probe_id[37];
+                bool probe_replied, probe_idle;
+                /* iopub was dropped (bound of the connection): the marker goes
+                 * in when the kernel is heard from again, so that a kernel that
+                 * died (which drops every connection) gets none. 0: none. */
+                size_t drop_pending;
         } run;
 
         ExecCell *died; /* was running when the kernel died; answered at the next attach */
@@ -74,8 +90,10 @@ struct ExecQueue {
         bool iopub_ready;
         char hs_msg_id[37];
 
-        uv_timer_t timer;    /* the running cell's timeout, then its interrupt grace */
-        uv_timer_t hs_timer; /* the iopub handshake's resend */
+        uv_timer_t timer;      /* the running cell's timeout, then its interrupt grace */
+        uv_timer_t hs_timer;   /* the iopub handshake's resend */
+        uv_timer_t settle;     /* a lone reply or idle, then the probe's idle (EXEC_SETTLE_USEC) */
+        uv_timer_t wait_timer; /* the earliest deadline of a queued cell */
         unsigned n_open_handles;
 
         bool busy;
@@ -132,6 +150,12 @@ static void queue_append(ExecQueue *q, ExecCell *cell) {
         q->tail = cell;
         cell->queued = true;
         q->n_pending++;
+}
+
+static usec_t deadline_after(usec_t timeout) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        return timeout >= USEC_INFINITY - now ? USEC_INFINITY : now + timeout;
 }
 
 static void touch(ExecQueue *q) {
@@ -227,19 +251,35 @@ static void cell_emit(ExecCell *cell, const json_t *output) {
                 cell->sink.on_output(cell->userdata, output);
 }
 
+/* A note of ours on stderr, kept and streamed whatever the limit. */
+static void cell_note(ExecCell *cell, const char *text) {
+        json_auto_t *o = NULL;
+
+        (void) cell_pend_stream(cell, "stderr", text, strlen(text));
+        o = json_pack("{s:s, s:s, s:s}", "output_type", "stream", "name", "stderr", "text", text);
+        if (o)
+                cell_emit(cell, o);
+}
+
 /* The limit was reached: the marker once, then nothing. */
 static void cell_truncate(ExecCell *cell) {
-        json_auto_t *marker = NULL;
         char text[128];
 
         if (cell->truncated)
                 return;
         cell->truncated = true;
         snprintf(text, sizeof text, "\n[output truncated: limit of %zu bytes reached]\n", cell->opt.output_limit);
-        (void) cell_pend_stream(cell, "stderr", text, strlen(text));
-        marker = json_pack("{s:s, s:s, s:s}", "output_type", "stream", "name", "stderr", "text", text);
-        if (marker)
-                cell_emit(cell, marker);
+        cell_note(cell, text);
+}
+
+/* At the end of a cell that reached its limit: how much more came. */
+static void cell_summarize(ExecCell *cell) {
+        char text[128];
+
+        if (!cell->truncated)
+                return;
+        snprintf(text, sizeof text, "[output truncated: %zu more bytes not kept]\n", cell->cut);
+        cell_note(cell, text);
 }
 
 /* Room for n more bytes of text? */
@@ -264,10 +304,14 @@ static void cell_on_stream(ExecCell *cell, const json_t *content) {
         json_auto_t *o = NULL;
         size_t len, keep;
 
-        if (!name || !json_is_string(jtext) || cell->truncated)
+        if (!name || !json_is_string(jtext))
                 return;
         text = json_string_value(jtext);
         len = json_string_length(jtext);
+        if (cell->truncated) {
+                cell->cut += len;
+                return;
+        }
         if (cell->clear_on_next)
                 cell_clear(cell);
         keep = utf8_prefix(text, len, cell_room(cell));
@@ -278,8 +322,10 @@ static void cell_on_stream(ExecCell *cell, const json_t *content) {
                 if (o)
                         cell_emit(cell, o);
         }
-        if (keep < len)
+        if (keep < len) {
+                cell->cut += len - keep;
                 cell_truncate(cell);
+        }
 }
 
 /* display_data, execute_result and update_display_data. */
@@ -292,16 +338,21 @@ static void cell_on_display(ExecCell *cell, const char *type, const json_t *cont
         json_auto_t *o = NULL, *streamed = NULL;
         size_t size;
 
-        if (!json_is_object(data) || cell->truncated)
+        if (!json_is_object(data))
                 return;
+        if (cell->truncated) {
+                cell->cut += bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
+                return;
+        }
         if (!json_is_object(metadata))
                 metadata = NULL;
         if (is_update && !display_id)
                 return;
         if (!is_update && cell->clear_on_next)
                 cell_clear(cell);
-        size = bundle_size(data);
+        size = bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
         if (size > cell_room(cell)) {
+                cell->cut += size;
                 cell_truncate(cell);
                 return;
         }
@@ -362,7 +413,7 @@ static size_t error_size(const json_t *content) {
 static void cell_on_error(ExecCell *cell, const json_t *content) {
         const json_t *tb = json_object_get(content, "traceback");
         json_auto_t *o = NULL;
-        size_t size = error_size(content);
+        size_t size = error_size(content) + OUTPUT_COST;
 
         if (cell->clear_on_next)
                 cell_clear(cell);
@@ -404,6 +455,8 @@ static void cell_on_clear(ExecCell *cell, const json_t *content) {
 /* ---- The queue ---- */
 
 static void queue_advance(ExecQueue *q);
+static void settle_cb(uv_timer_t *t);
+static void run_mark_drop(ExecQueue *q);
 
 static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message) {
         ExecResult res = {
@@ -414,6 +467,7 @@ static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, con
                 .message = message,
         };
 
+        cell_summarize(cell);
         (void) cell_flush_stream(cell);
         cell->sink.on_done(cell->userdata, &res);
         cell_free(cell);
@@ -424,11 +478,73 @@ static void run_clear(ExecQueue *q) {
         q->run.cell = NULL;
         q->run.got_reply = q->run.got_idle = false;
         q->run.auto_interrupted = q->run.in_grace = false;
+        q->run.probe_id[0] = '\0';
+        q->run.probe_replied = q->run.probe_idle = false;
+        q->run.drop_pending = 0;
         (void) uv_timer_stop(&q->timer);
+        (void) uv_timer_stop(&q->settle);
 }
 
 static bool run_taken(const ExecQueue *q) {
         return q->run.msg_id[0] != '\0';
+}
+
+static int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+        if (q->hooks.send)
+                return q->hooks.send(q->userdata, channel, msg_type, content, ret_msg_id);
+        return kernel_conn_send(q->conn, channel, msg_type, content, ret_msg_id);
+}
+
+static void settle_start(ExecQueue *q) {
+        if (!uv_is_active((uv_handle_t *) &q->settle))
+                (void) uv_timer_start(&q->settle, settle_cb, EXEC_SETTLE_USEC / USEC_PER_MSEC, 0);
+}
+
+/* Asks the kernel, behind the running request on shell, for a
+ * kernel_info_reply: shell requests are handled in order, so its reply says
+ * the kernel has left the request, whether it answered it or not. A newer
+ * probe replaces an older one (whose reply or idle may have been lost). */
+static void run_probe(ExecQueue *q) {
+        char id[37];
+
+        if (!run_taken(q) || !q->conn)
+                return;
+        (void) uv_timer_stop(&q->settle);
+        q->run.probe_replied = q->run.probe_idle = false;
+        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), id) < 0) {
+                q->run.probe_id[0] = '\0';
+                settle_start(q); /* try again */
+                return;
+        }
+        memcpy(q->run.probe_id, id, sizeof id);
+}
+
+static void run_finish(ExecQueue *q);
+
+/* Ends the running request once the kernel is known to be done with it
+ * (see exec.h), or arms the timer that finds out. */
+static void run_check(ExecQueue *q) {
+        if (!run_taken(q))
+                return;
+        if ((q->run.got_reply && q->run.got_idle) || (q->run.probe_replied && q->run.probe_idle)) {
+                run_finish(q);
+                return;
+        }
+        if (q->run.probe_replied || (!q->run.probe_id[0] && (q->run.got_reply || q->run.got_idle)))
+                settle_start(q);
+}
+
+static void settle_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+
+        if (!run_taken(q))
+                return;
+        if (q->run.probe_replied) {
+                /* The probe's idle was lost too: iopub dropped messages. */
+                q->run.probe_idle = true;
+                run_check(q);
+        } else
+                run_probe(q);
 }
 
 /* Nothing left to run: the context is no longer busy. */
@@ -446,6 +562,8 @@ static void auto_interrupt(ExecQueue *q) {
         q->run.auto_interrupted = true;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
+        /* An interrupt that lands after the code finished draws no execute_reply. */
+        run_probe(q);
 }
 
 static void timer_cb(uv_timer_t *t) {
@@ -479,7 +597,7 @@ static int send_execute(ExecQueue *q, ExecCell *cell, char ret_msg_id[37]) {
 
         if (!content)
                 return -ENOMEM;
-        return kernel_conn_send(q->conn, CHANNEL_SHELL, "execute_request", content, ret_msg_id);
+        return queue_send(q, CHANNEL_SHELL, "execute_request", content, ret_msg_id);
 }
 
 /* Sends cell and makes it the running one. */
@@ -493,8 +611,13 @@ static int queue_start(ExecQueue *q, ExecCell *cell) {
         run_clear(q);
         memcpy(q->run.msg_id, id, sizeof id);
         q->run.cell = cell;
-        if (cell->opt.timeout != USEC_INFINITY)
-                (void) uv_timer_start(&q->timer, timer_cb, (cell->opt.timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC, 0);
+        if (cell->deadline != USEC_INFINITY) {
+                /* What is left of the timeout after the wait in the queue. */
+                usec_t now = now_usec(CLOCK_MONOTONIC);
+                usec_t left = cell->deadline > now ? cell->deadline - now : 0;
+
+                (void) uv_timer_start(&q->timer, timer_cb, (left + USEC_PER_MSEC - 1) / USEC_PER_MSEC, 0);
+        }
         if (!q->busy) {
                 q->busy = true;
                 if (q->hooks.busy)
@@ -529,14 +652,24 @@ static void run_finish(ExecQueue *q) {
         ExecStatus status;
         char d[32], msg[256];
         const char *message = NULL;
+        bool replied = q->run.got_reply;
 
         run_clear(q);
         if (cell) {
+                if (!replied)
+                        cell_note(cell,
+                                  "\n[no reply: the kernel sent no reply to the cell (interrupted after its code "
+                                  "finished, or the reply was lost)]\n");
                 if (cell->timed_out) {
                         status = EXEC_TIMEOUT;
-                        snprintf(msg, sizeof msg, "the cell ran longer than its timeout of %s and was interrupted",
-                                 format_duration(d, sizeof d, cell->opt.timeout));
+                        snprintf(msg, sizeof msg, "the cell ran longer than its timeout of %s and was interrupted%s",
+                                 format_duration(d, sizeof d, cell->opt.timeout),
+                                 replied ? "" : "; the kernel sent no reply to it");
                         message = msg;
+                } else if (!replied) {
+                        status = EXEC_ABORTED;
+                        message = "the kernel sent no reply to the cell (interrupted after its code finished, or the "
+                                  "reply was lost); the kernel is idle";
                 } else if (cell->reply_status && streq(cell->reply_status, "ok"))
                         status = EXEC_OK;
                 else if (cell->reply_status && streq(cell->reply_status, "aborted")) {
@@ -552,7 +685,7 @@ static void run_finish(ExecQueue *q) {
 /* ---- Kernel attach/detach ---- */
 
 static void handshake_send(ExecQueue *q) {
-        if (kernel_conn_send(q->conn, CHANNEL_SHELL, "kernel_info_request", json_object(), q->hs_msg_id) < 0)
+        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), q->hs_msg_id) < 0)
                 q->hs_msg_id[0] = '\0';
 }
 
@@ -663,6 +796,13 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                         handshake_send(q);
                 return;
         }
+        if (run_taken(q))
+                run_mark_drop(q);
+        if (run_taken(q) && q->run.probe_id[0] && streq(parent, q->run.probe_id)) {
+                q->run.probe_replied = true;
+                run_check(q);
+                return;
+        }
         if (!run_taken(q) || !streq(parent, q->run.msg_id) || !streq(jupyter_msg_type(msg), "execute_reply"))
                 return;
 
@@ -689,6 +829,9 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                         if (send_execute(q, cell, id) >= 0) {
                                 memcpy(q->run.msg_id, id, sizeof id);
                                 q->run.got_reply = q->run.got_idle = false;
+                                q->run.probe_id[0] = '\0';
+                                q->run.probe_replied = q->run.probe_idle = false;
+                                (void) uv_timer_stop(&q->settle);
                                 return;
                         }
                 }
@@ -696,8 +839,12 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                 cell->reply_status = strdup(status);
         }
         q->run.got_reply = true;
-        if (q->run.got_idle)
-                run_finish(q);
+        run_check(q);
+}
+
+static bool msg_is_idle(const char *type, const JupyterMsg *msg) {
+        return streq(type, "status") &&
+               streq(json_string_value(json_object_get(msg->content, "execution_state")) ?: "", "idle");
 }
 
 void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
@@ -711,16 +858,25 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
                 (void) uv_timer_stop(&q->hs_timer);
                 queue_advance(q);
         }
-        if (!run_taken(q) || !streq(jupyter_msg_parent_id(msg), q->run.msg_id))
+        if (!run_taken(q))
+                return;
+        run_mark_drop(q);
+        type = jupyter_msg_type(msg);
+        if (q->run.probe_id[0] && streq(jupyter_msg_parent_id(msg), q->run.probe_id)) {
+                if (msg_is_idle(type, msg)) {
+                        q->run.probe_idle = true;
+                        run_check(q);
+                }
+                return;
+        }
+        if (!streq(jupyter_msg_parent_id(msg), q->run.msg_id))
                 return;
 
-        type = jupyter_msg_type(msg);
         cell = q->run.cell;
         if (streq(type, "status")) {
-                if (streq(json_string_value(json_object_get(msg->content, "execution_state")) ?: "", "idle")) {
+                if (msg_is_idle(type, msg)) {
                         q->run.got_idle = true;
-                        if (q->run.got_reply)
-                                run_finish(q);
+                        run_check(q);
                 }
                 return;
         }
@@ -748,7 +904,87 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
                 cell_on_clear(cell, msg->content);
 }
 
+void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message) {
+        if (!q || !q->conn || !run_taken(q) || (channel != CHANNEL_IOPUB && channel != CHANNEL_SHELL))
+                return;
+        if (channel == CHANNEL_IOPUB)
+                q->run.drop_pending = max_message;
+        /* Its reply or its idle may be among what was lost. */
+        run_probe(q);
+}
+
+/* The kernel was heard from after iopub was dropped: it is alive, so the
+ * drop was a message over the bound (or a broken connection), not its death. */
+static void run_mark_drop(ExecQueue *q) {
+        ExecCell *cell = q->run.cell;
+        char text[256];
+
+        if (!q->run.drop_pending)
+                return;
+        if (cell && !cell->drop_marked) {
+                cell->drop_marked = true;
+                snprintf(text, sizeof text,
+                         "\n[output dropped: a message of more than %zu bytes from the kernel (or a broken "
+                         "connection); what it sent on iopub meanwhile is lost]\n",
+                         q->run.drop_pending);
+                cell_note(cell, text);
+        }
+        q->run.drop_pending = 0;
+}
+
+/* ---- Deadlines of queued cells ---- */
+
+static void wait_timer_cb(uv_timer_t *t);
+
+/* Arms the timer for the earliest deadline of a queued cell. */
+static void queue_arm_wait(ExecQueue *q) {
+        usec_t next = USEC_INFINITY, now;
+
+        for (ExecCell *cell = q->head; cell; cell = cell->next)
+                if (cell->deadline < next)
+                        next = cell->deadline;
+        if (next == USEC_INFINITY) {
+                (void) uv_timer_stop(&q->wait_timer);
+                return;
+        }
+        now = now_usec(CLOCK_MONOTONIC);
+        (void) uv_timer_start(&q->wait_timer, wait_timer_cb,
+                              next > now ? (next - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC : 0, 0);
+}
+
+static ExecCell *queue_first_expired(ExecQueue *q, usec_t now) {
+        for (ExecCell *cell = q->head; cell; cell = cell->next)
+                if (cell->deadline <= now)
+                        return cell;
+        return NULL;
+}
+
+/* A queued cell whose timeout passed before it could start is answered. The
+ * list is searched anew after each answer: on_done may cancel other cells. */
+static void wait_timer_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+        ExecCell *cell;
+        char d[32], msg[256], note[300];
+
+        while ((cell = queue_first_expired(q, now_usec(CLOCK_MONOTONIC)))) {
+                queue_unlink(q, cell);
+                snprintf(msg, sizeof msg, "the cell did not start within its timeout of %s: %s",
+                         format_duration(d, sizeof d, cell->opt.timeout),
+                         q->conn ? "the kernel was busy with an earlier cell" : "the context had no kernel ready");
+                snprintf(note, sizeof note, "[not run: %s]\n", msg);
+                cell_note(cell, note);
+                answer(cell, EXEC_TIMEOUT, q->conn ? q->kernel_id : NULL, msg);
+        }
+        queue_arm_wait(q);
+}
+
 /* ---- Public ---- */
+
+size_t exec_message_bound(size_t output_limit) {
+        const size_t margin = 16 * 1024 * 1024;
+
+        return output_limit > (SIZE_MAX - margin) / 2 ? SIZE_MAX : 2 * output_limit + margin;
+}
 
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret) {
         ExecQueue *q;
@@ -765,8 +1001,10 @@ int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, Exec
         q->execution_count = -1;
         (void) uv_timer_init(loop, &q->timer);
         (void) uv_timer_init(loop, &q->hs_timer);
-        q->timer.data = q->hs_timer.data = q;
-        q->n_open_handles = 2;
+        (void) uv_timer_init(loop, &q->settle);
+        (void) uv_timer_init(loop, &q->wait_timer);
+        q->timer.data = q->hs_timer.data = q->settle.data = q->wait_timer.data = q;
+        q->n_open_handles = 4;
         *ret = q;
         return 0;
 }
@@ -805,6 +1043,8 @@ void exec_queue_free(ExecQueue *q) {
         }
         uv_close((uv_handle_t *) &q->timer, queue_handle_closed);
         uv_close((uv_handle_t *) &q->hs_timer, queue_handle_closed);
+        uv_close((uv_handle_t *) &q->settle, queue_handle_closed);
+        uv_close((uv_handle_t *) &q->wait_timer, queue_handle_closed);
 }
 
 int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,
@@ -829,6 +1069,7 @@ int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, co
         cell->sink = *sink;
         cell->userdata = userdata;
         cell->execution_count = -1;
+        cell->deadline = opt->timeout == USEC_INFINITY ? USEC_INFINITY : deadline_after(opt->timeout);
         touch(q);
 
         if (queue_can_start(q) && !q->head) {
@@ -837,8 +1078,10 @@ int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, co
                         cell_free(cell);
                         return r;
                 }
-        } else
+        } else {
                 queue_append(q, cell);
+                queue_arm_wait(q);
+        }
         if (ret)
                 *ret = cell;
         return 0;
@@ -871,6 +1114,8 @@ bool exec_queue_interrupt(ExecQueue *q) {
                 return false;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
+        /* Landing after the code finished, it draws no execute_reply: ask. */
+        run_probe(q);
         return true;
 }
 

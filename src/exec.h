@@ -5,9 +5,9 @@
  * answered once the context has a new kernel (or gave up), naming it.
  *
  * Callbacks (sink and hooks) never run from inside exec_queue_submit,
- * exec_cell_cancel or exec_queue_interrupt, except hooks->interrupt, which
- * the latter two call, and hooks->busy(true), which submit calls when the
- * cell starts at once. on_done may run from inside exec_queue_attach,
+ * exec_cell_cancel or exec_queue_interrupt, except hooks->interrupt and
+ * hooks->send, which the latter two call, and hooks->send and
+ * hooks->busy(true), which submit calls when the cell starts at once. on_done may run from inside exec_queue_attach,
  * exec_queue_give_up, exec_queue_free, exec_queue_on_reply and
  * exec_queue_on_iopub; from on_done a caller may submit and cancel cells, but
  * must not free the queue. */
@@ -24,6 +24,17 @@
 /* After an interrupt at a cell's timeout, how long the kernel has to answer
  * before the cell is answered EXEC_TIMEOUT without its reply. */
 #define EXEC_INTERRUPT_GRACE_USEC (5 * USEC_PER_SEC)
+/* When only one of a request's execute_reply and iopub idle came, how long
+ * the other has before the queue asks the kernel (kernel_info round trip);
+ * and after that round trip, how long the round trip's own iopub idle has. */
+#define EXEC_SETTLE_USEC (1 * USEC_PER_SEC)
+
+/* The largest frame the daemon takes from a kernel whose cells keep
+ * output_limit bytes: 2 * output_limit + 16 MiB, room for the JSON of a
+ * message whose text fits the limit (a newline is 2 bytes in JSON), and for
+ * the head of a big print with a small limit. A larger message is dropped
+ * whole (see KernelConnCallbacks.on_dropped). */
+size_t exec_message_bound(size_t output_limit);
 
 typedef struct ExecQueue ExecQueue;
 typedef struct ExecCell ExecCell;
@@ -65,12 +76,18 @@ typedef struct ExecSink {
 } ExecSink;
 
 typedef struct ExecOptions {
-        usec_t timeout; /* USEC_INFINITY: none */
+        /* USEC_INFINITY: none. Counted from submit: a cell still queued at
+         * its deadline is answered EXEC_TIMEOUT without having run. */
+        usec_t timeout;
         /* Bytes of output text kept (and streamed) per cell: stream text and
-         * the sizes of the data values. Beyond it a marker stream output on
-         * stderr, then nothing, except the first error output (it carries the
-         * cell's outcome). clear_output empties the collected outputs and
-         * their count, unless the limit was reached already. */
+         * the sizes of the data values, and 1 KiB for each output other than
+         * stream text (what it takes in memory beyond its text). Beyond it a marker stream output on
+         * stderr, "\n[output truncated: limit of N bytes reached]\n", then
+         * nothing, except the first error output (it carries the cell's
+         * outcome); when the cell ends, a last stderr output says how much
+         * more came: "[output truncated: M more bytes not kept]\n".
+         * clear_output empties the collected outputs and their count, unless
+         * the limit was reached already. */
         size_t output_limit;
 } ExecOptions;
 
@@ -82,6 +99,10 @@ typedef struct ExecHooks {
          * context shows busy. Not called by exec_queue_detach/give_up, which
          * reset the queue to not busy silently: the context changes state then. */
         void (*busy)(void *userdata, bool busy);
+        /* Sends a request to the kernel, with kernel_conn_send's contract
+         * (content stolen, ret_msg_id filled). NULL: kernel_conn_send on the
+         * attached conn. A test drives the queue without a kernel with it. */
+        int (*send)(void *userdata, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
 } ExecHooks;
 
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);
@@ -126,6 +147,24 @@ bool exec_queue_interrupt(ExecQueue *q);
  * picks its own by parent msg_id). */
 void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg);
 void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
+/* The connection of channel was dropped (KernelConnCallbacks.on_dropped;
+ * max_message: its bound). For iopub, once the kernel is heard from again
+ * (a kernel that died drops every connection and gets no marker), the
+ * running cell gets, once, the stderr output "\n[output dropped: a message
+ * of more than N bytes from the kernel (or a broken connection); what it
+ * sent on iopub meanwhile is lost]\n". For iopub and shell the queue asks
+ * the kernel whether it is still running the request (its reply or idle may
+ * have been lost); control and hb drops are not the queue's concern.
+ *
+ * How a request ends: its execute_reply and its iopub idle both came; or a
+ * kernel_info_request sent after it (after an interrupt, a dropped
+ * connection, or EXEC_SETTLE_USEC with only one of the two) was answered on
+ * shell, which handles requests in order, and that request's own idle came
+ * on iopub (or EXEC_SETTLE_USEC passed). A cell ended without an
+ * execute_reply is EXEC_TIMEOUT when it had timed out, else EXEC_ABORTED,
+ * and its outputs end with "\n[no reply: the kernel sent no reply to the
+ * cell (interrupted after its code finished, or the reply was lost)]\n". */
+void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message);
 
 bool exec_queue_busy(const ExecQueue *q);
 size_t exec_queue_pending(const ExecQueue *q);            /* queued, not counting the running one */

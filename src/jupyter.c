@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -28,6 +29,9 @@
 /* Messages handled on one socket per wake-up before yielding to the rest of
  * the loop, so a kernel flooding iopub cannot starve the other kernels. */
 #define DRAIN_BUDGET 64
+
+/* The heartbeat only echoes our 8-byte pings. */
+#define HB_MAX_MESSAGE 4096
 
 /* ---- The pure layer. ---- */
 
@@ -287,9 +291,16 @@ struct KernelConn {
         char key[KEY_HEX_LEN + 1];
         char session[37];
 
+        /* PAIR sockets reading each socket's monitor (ZMQ_EVENT_DISCONNECTED):
+         * libzmq does not reconnect after a frame over ZMQ_MAXMSGSIZE, we do. */
+        void *mon[_SOCK_MAX];
+        uv_poll_t mon_poll[_SOCK_MAX];
+        bool mon_poll_init[_SOCK_MAX];
+
         uint64_t hb_last; /* payload of the latest ping */
         bool hb_waiting;  /* the latest ping has not been echoed yet */
         unsigned dropped;
+        unsigned reconnects;
         bool closing;
 };
 
@@ -315,6 +326,17 @@ void kernel_conn_close(KernelConn *c) {
                  * fd out of epoll at once, zmq_close hands it to the reaper thread. */
                 if (c->poll_init[i])
                         uv_close((uv_handle_t *) &c->poll[i], on_handle_closed);
+                if (c->mon_poll_init[i])
+                        uv_close((uv_handle_t *) &c->mon_poll[i], on_handle_closed);
+                /* Stop the monitor while our PAIR still reads it: libzmq sends
+                 * monitor events blocking, holding a lock that stopping takes,
+                 * and a PAIR without its peer never takes them (a deadlock). */
+                if (c->sock[i])
+                        (void) zmq_socket_monitor(c->sock[i], NULL, 0);
+                if (c->mon[i]) {
+                        (void) zmq_close(c->mon[i]);
+                        c->mon[i] = NULL;
+                }
                 if (c->sock[i]) {
                         (void) zmq_close(c->sock[i]);
                         c->sock[i] = NULL;
@@ -453,8 +475,96 @@ static void on_poll(uv_poll_t *h, int status, int events) {
                 conn_schedule_drain(c);
 }
 
-int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, const KernelConnCallbacks *cb,
-                    void *userdata, KernelConn **ret) {
+/* A connection of socket idx was dropped (endpoint: the frame libzmq sent,
+ * not NUL-terminated): connect it again, since after a protocol error (a
+ * frame over ZMQ_MAXMSGSIZE) libzmq 4.3 gives the endpoint up. */
+static void conn_reconnect(KernelConn *c, size_t idx, const void *endpoint, size_t len) {
+        char ep[512];
+
+        if (len == 0 || len >= sizeof ep)
+                return;
+        memcpy(ep, endpoint, len);
+        ep[len] = '\0';
+        (void) zmq_disconnect(c->sock[idx], ep);
+        (void) zmq_connect(c->sock[idx], ep);
+        c->reconnects++;
+        if (c->cb.on_dropped)
+                c->cb.on_dropped(c, sock_table[idx].channel, c->userdata);
+}
+
+/* Handles the monitor events queued for socket idx: two frames each, the
+ * event (u16 id, u32 value) and the endpoint. */
+static void conn_drain_monitor(KernelConn *c, size_t idx) {
+        for (unsigned k = 0; k < DRAIN_BUDGET && !c->closing; k++) {
+                zmq_msg_t parts[RECV_MAX_FRAMES];
+                size_t size = sizeof(int), n = 0;
+                int events = 0;
+                uint16_t event;
+
+                if (zmq_getsockopt(c->mon[idx], ZMQ_EVENTS, &events, &size) < 0 || !(events & ZMQ_POLLIN))
+                        return;
+                if (sock_recv(c->mon[idx], parts, &n) < 0)
+                        continue;
+                if (n == 2 && zmq_msg_size(&parts[0]) == 6) {
+                        memcpy(&event, zmq_msg_data(&parts[0]), sizeof event);
+                        if (event == ZMQ_EVENT_DISCONNECTED)
+                                conn_reconnect(c, idx, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]));
+                }
+                for (size_t i = 0; i < n; i++)
+                        zmq_msg_close(&parts[i]);
+        }
+}
+
+static void on_monitor_poll(uv_poll_t *h, int status, int events) {
+        KernelConn *c = h->data;
+
+        conn_drain_monitor(c, (size_t) (h - c->mon_poll));
+}
+
+/* Watches socket idx for dropped connections through an inproc monitor. */
+static int conn_monitor(KernelConn *c, void *zmq_ctx, size_t idx) {
+        static unsigned long seq;
+        const int linger = 0;
+        char addr[64];
+        size_t size;
+        int fd, r;
+
+        snprintf(addr, sizeof addr, "inproc://kernelsup-monitor-%d-%lu", (int) getpid(), ++seq);
+        if (zmq_socket_monitor(c->sock[idx], addr, ZMQ_EVENT_DISCONNECTED) < 0)
+                return -zmq_errno();
+        c->mon[idx] = zmq_socket(zmq_ctx, ZMQ_PAIR);
+        size = sizeof fd;
+        if (!c->mon[idx] || zmq_setsockopt(c->mon[idx], ZMQ_LINGER, &linger, sizeof linger) < 0 ||
+            zmq_connect(c->mon[idx], addr) < 0 || zmq_getsockopt(c->mon[idx], ZMQ_FD, &fd, &size) < 0)
+                return -zmq_errno();
+        r = uv_poll_init(c->loop, &c->mon_poll[idx], fd);
+        if (r < 0)
+                return r;
+        c->mon_poll[idx].data = c;
+        c->mon_poll_init[idx] = true;
+        c->n_open_handles++;
+        r = uv_poll_start(&c->mon_poll[idx], UV_READABLE, on_monitor_poll);
+        if (r < 0)
+                return r;
+        /* Until a read has found the queue empty, libzmq does not signal ZMQ_FD for a new message. */
+        conn_drain_monitor(c, idx);
+        return 0;
+}
+
+/* Bounds what one socket can make us hold: a frame over max (0: none) drops
+ * the connection, and libzmq queues few messages before it stops reading. */
+static int sock_set_limits(void *sock, size_t idx, size_t max) {
+        const int64_t maxmsg = idx == SOCK_HB ? HB_MAX_MESSAGE : max > 0 ? (int64_t) max : -1;
+        const int hwm = KERNEL_CONN_RCVHWM;
+
+        if (zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) < 0 ||
+            zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm) < 0)
+                return -zmq_errno();
+        return 0;
+}
+
+int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, size_t max_message,
+                    const KernelConnCallbacks *cb, void *userdata, KernelConn **ret) {
         KernelConn *c = NULL;
         unsigned char addr[sizeof(struct in6_addr)];
         bool ipv6 = false;
@@ -513,6 +623,11 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, co
                         r = -zmq_errno();
                         goto fail;
                 }
+                r = sock_set_limits(c->sock[i], i, max_message);
+                if (r >= 0)
+                        r = conn_monitor(c, zmq_ctx, i);
+                if (r < 0)
+                        goto fail;
                 r = connection_endpoint(ci, sock_table[i].channel, endpoint, sizeof endpoint);
                 if (r < 0)
                         goto fail;
@@ -620,4 +735,8 @@ int kernel_conn_ping(KernelConn *c) {
 
 unsigned kernel_conn_dropped(const KernelConn *c) {
         return c ? c->dropped : 0;
+}
+
+unsigned kernel_conn_reconnects(const KernelConn *c) {
+        return c ? c->reconnects : 0;
 }

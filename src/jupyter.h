@@ -56,6 +56,10 @@ int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, c
 
 typedef struct KernelConn KernelConn;
 
+/* Messages libzmq queues per socket before it stops reading from the kernel
+ * (which then queues, and drops on iopub past its own high-water mark). */
+#define KERNEL_CONN_RCVHWM 1
+
 typedef struct KernelConnCallbacks {
         /* A verified reply on shell or control (channel says which). msg is
          * borrowed for the call. */
@@ -64,11 +68,22 @@ typedef struct KernelConnCallbacks {
         void (*on_iopub)(KernelConn *c, const JupyterMsg *msg, void *userdata);
         /* The heartbeat echoed a ping sent with kernel_conn_ping. */
         void (*on_hb)(KernelConn *c, void *userdata);
+        /* The connection of channel was dropped: libzmq closes it when the
+         * kernel sends a frame larger than max_message (ZMQ_MAXMSGSIZE, so
+         * that frame is never held in memory), or when the connection broke.
+         * It is made again at once (a SUB subscribes again); what the kernel
+         * published on iopub meanwhile is lost, and so are the replies to
+         * requests sent on shell or control before. May be NULL. */
+        void (*on_dropped)(KernelConn *c, Channel channel, void *userdata);
 } KernelConnCallbacks;
 
 /* Connects (libzmq connects lazily and retries on its own) to the kernel at
  * ci, over its transport (tcp, or ipc: the Unix sockets "<ip>-<port>").
- * zmq_ctx is the daemon's one context. Callbacks run from the loop,
+ * zmq_ctx is the daemon's one context. max_message bounds the size of one
+ * frame received on shell, control and iopub (0: no bound); a larger one
+ * drops the connection, see on_dropped. A message is received whole, so it
+ * is held in memory at most KERNEL_CONN_RCVHWM + 2 times (libzmq's queue, the
+ * one being decoded, the one being handled). Callbacks run from the loop,
  * never from inside a kernel_conn_* call. Messages that fail verification
  * are dropped (and counted). -EINVAL for a bad ip (for ipc: a path that is
  * not absolute) or a zero port. On a
@@ -79,8 +94,8 @@ typedef struct KernelConnCallbacks {
  * the SUB's subscription has reached the kernel: as jupyter_client does,
  * repeat kernel_info_request until an iopub message arrives before relying
  * on iopub output. */
-int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, const KernelConnCallbacks *cb,
-                    void *userdata, KernelConn **ret);
+int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, size_t max_message,
+                    const KernelConnCallbacks *cb, void *userdata, KernelConn **ret);
 
 /* Sends a request on CHANNEL_SHELL or CHANNEL_CONTROL. content is stolen.
  * ret_msg_id (37 bytes), when not NULL, receives the request's msg_id to
@@ -95,6 +110,8 @@ int kernel_conn_ping(KernelConn *c);
 
 /* Counts of messages dropped for a bad signature or a bad format. */
 unsigned kernel_conn_dropped(const KernelConn *c);
+/* Counts of connections dropped (see on_dropped), all channels. */
+unsigned kernel_conn_reconnects(const KernelConn *c);
 
 /* Closes the sockets (linger 0) and stops watching them; the memory is
  * freed after the last uv_close callback. No callback runs after this. */

@@ -97,6 +97,7 @@ static void help(void) {
                "                       (default none); check: default 10; wait: default 60;\n"
                "                       remove: how long to wait for the kernel to be gone\n"
                "                       (default: its stop_timeout + 1)\n"
+               "                       more than 0 and at most 86400 (one day)\n"
                "  --stream             exec: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
                "  --traceback          exec: print the whole traceback of an error\n"

@@ -20,6 +20,7 @@
  * The supervisor object of "status": pid, version, generation, boot_id,
  * started_at, uptime. */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,4 +319,18 @@ void rpc_message_done(RpcMessage *m) {
                 return;
         json_decref(m->root);
         *m = (RpcMessage){};
+}
+
+int protocol_timeout_usec(double seconds, unsigned long long max_usec, unsigned long long *ret) {
+        if (isnan(seconds) || seconds <= 0)
+                return -EINVAL;
+        /* Compared in seconds, before any conversion can overflow. */
+        if (seconds > (double) max_usec / (double) USEC_PER_SEC) {
+                *ret = max_usec;
+                return 1;
+        }
+        *ret = (unsigned long long) llround(seconds * (double) USEC_PER_SEC);
+        if (*ret == 0)
+                *ret = 1;
+        return 0;
 }

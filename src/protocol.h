@@ -9,6 +9,9 @@
 
 #define PROTOCOL_MAX_LINE (256 * 1024)
 
+/* The longest timeout a request or kernelctl's --timeout takes: one day. */
+#define PROTOCOL_MAX_TIMEOUT_SEC 86400
+
 /* JSON-RPC's own error codes ... */
 #define RPC_PARSE_ERROR -32700
 #define RPC_INVALID_REQUEST -32600
@@ -80,3 +83,8 @@ void rpc_message_done(RpcMessage *m);
 
 /* The status object of one context, as the daemon sends it and kernelctl
  * reads it: see protocol.c for the field list (the names of doc/design.md, section 1). */
+
+/* A timeout in seconds (a request's "timeout") as microseconds in *ret:
+ * -EINVAL for NaN, zero and negative values; infinity and anything above
+ * max_usec are clamped to max_usec, and 1 is returned then; else 0. */
+int protocol_timeout_usec(double seconds, unsigned long long max_usec, unsigned long long *ret);

@@ -223,7 +223,7 @@ static void waiter_cancel_cb(ControlRequest *req, void *data) {
         waiter_free(data);
 }
 
-static Waiter *waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor want, double timeout) {
+static Waiter *waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor want, usec_t timeout) {
         Waiter *w = calloc(1, sizeof *w);
 
         if (!w) {
@@ -234,7 +234,7 @@ static Waiter *waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFo
         s->waiters = w;
         uv_timer_init(s->loop, &w->timer);
         w->timer.data = w;
-        uv_timer_start(&w->timer, waiter_timeout_cb, (uint64_t) (timeout * 1000), 0);
+        uv_timer_start(&w->timer, waiter_timeout_cb, (uint64_t) ((timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC), 0);
         control_request_set_cancel(req, waiter_cancel_cb, w);
         return w;
 }
@@ -676,48 +676,65 @@ static Context *request_context(Supervisor *s, ControlRequest *req, json_t *para
         return c;
 }
 
-static double request_timeout(json_t *params, double def) {
+/* params.timeout in seconds into *ret: def_sec when absent; more than 0;
+ * above a day taken as a day. Anything else is answered with an error and
+ * -EINVAL returned. */
+static int request_timeout(ControlRequest *req, json_t *params, unsigned def_sec, usec_t *ret) {
         json_t *t = json_object_get(params, "timeout");
 
-        return json_is_number(t) && json_number_value(t) > 0 ? json_number_value(t) : def;
+        if (!t) {
+                *ret = def_sec * USEC_PER_SEC;
+                return 0;
+        }
+        if (json_is_number(t) &&
+            protocol_timeout_usec(json_number_value(t), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC, ret) >= 0)
+                return 0;
+        control_request_error(
+                req, RPC_INVALID_PARAMS, NULL,
+                "params.timeout must be a number of seconds greater than 0 (more than %d is taken as %d)",
+                PROTOCOL_MAX_TIMEOUT_SEC, PROTOCOL_MAX_TIMEOUT_SEC);
+        return -EINVAL;
 }
 
 static void method_start(ControlRequest *req, json_t *params, void *userdata) {
         Supervisor *s = userdata;
         Context *c = request_context(s, req, params);
         ContextStateKind st;
+        usec_t timeout;
 
-        if (!c)
+        if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
         st = context_state(c);
         if (st == CONTEXT_READY || st == CONTEXT_BUSY || st == CONTEXT_UNRESPONSIVE)
                 return control_request_reply(req, context_to_json(c));
         log_info("%s: start requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        waiter_add(s, req, c, WAIT_READY, request_timeout(params, 60));
+        waiter_add(s, req, c, WAIT_READY, timeout);
         context_start(c);
 }
 
 static void method_restart(ControlRequest *req, json_t *params, void *userdata) {
         Supervisor *s = userdata;
         Context *c = request_context(s, req, params);
+        usec_t timeout;
 
-        if (!c)
+        if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
         log_info("%s: restart requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        waiter_add(s, req, c, WAIT_READY, request_timeout(params, 60));
+        waiter_add(s, req, c, WAIT_READY, timeout);
         context_restart(c);
 }
 
 static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
         Supervisor *s = userdata;
         Context *c = request_context(s, req, params);
+        usec_t timeout;
 
-        if (!c)
+        if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
         if (context_state(c) == CONTEXT_STOPPED)
                 return control_request_reply(req, context_to_json(c));
         log_info("%s: stop requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        waiter_add(s, req, c, WAIT_STOPPED, request_timeout(params, 60));
+        waiter_add(s, req, c, WAIT_STOPPED, timeout);
         context_stop(c);
 }
 
@@ -725,11 +742,12 @@ static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
 static void method_check(ControlRequest *req, json_t *params, void *userdata) {
         Supervisor *s = userdata;
         Context *c = request_context(s, req, params);
+        usec_t timeout;
         Waiter *w;
 
-        if (!c)
+        if (!c || request_timeout(req, params, 10, &timeout) < 0)
                 return;
-        w = waiter_add(s, req, c, WAIT_PROBE, request_timeout(params, 10));
+        w = waiter_add(s, req, c, WAIT_PROBE, timeout);
         if (w)
                 waiter_step(s, w);
 }
@@ -738,9 +756,10 @@ static void method_check(ControlRequest *req, json_t *params, void *userdata) {
 static void method_wait(ControlRequest *req, json_t *params, void *userdata) {
         Supervisor *s = userdata;
         json_t *names;
+        usec_t timeout;
         Waiter *w;
 
-        if (request_names(s, req, params, &names) < 0)
+        if (request_timeout(req, params, 60, &timeout) < 0 || request_names(s, req, params, &names) < 0)
                 return;
         if (names && json_array_size(names) > 0)
                 names = json_incref(names);
@@ -750,7 +769,7 @@ static void method_wait(ControlRequest *req, json_t *params, void *userdata) {
                         if (context_autostart(s->contexts[i]) && peer_sees(control_request_peer(req), s->contexts[i]))
                                 json_array_append_new(names, json_string(context_name(s->contexts[i])));
         }
-        w = waiter_add(s, req, NULL, WAIT_ALL, request_timeout(params, 60));
+        w = waiter_add(s, req, NULL, WAIT_ALL, timeout);
         if (!w) {
                 json_decref(names);
                 return;
@@ -807,6 +826,7 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
         Context *c = request_context(s, req, params);
         const char *code = json_string_value(json_object_get(params, "code"));
         json_t *timeout = json_object_get(params, "timeout");
+        usec_t timeout_usec = USEC_INFINITY;
         ContextStateKind st;
         CellRequest *cr;
         int r;
@@ -815,10 +835,14 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
                 return;
         if (!code)
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.code must be a string");
-        if (timeout && (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
-                        json_number_value(timeout) > 86400))
+        /* A cell's timeout is not clamped: a longer one than asked would surprise. */
+        if (timeout && (!json_is_number(timeout) ||
+                        protocol_timeout_usec(json_number_value(timeout), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC,
+                                              &timeout_usec) != 0))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "params.timeout must be a number of seconds from 0 to 86400");
+                                             "params.timeout must be a number of seconds greater than 0 and at most "
+                                             "%d",
+                                             PROTOCOL_MAX_TIMEOUT_SEC);
         st = context_state(c);
         if (st == CONTEXT_STOPPED || st == CONTEXT_FAILED || st == CONTEXT_STOPPING)
                 return control_request_error(req, KS_ERR_FAILED, NULL, "context %s is not running (state %s%s%s)",
@@ -829,7 +853,7 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
                 return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
         cr->req = req;
         ExecOptions opt = {
-                .timeout = timeout ? (usec_t) (json_number_value(timeout) * 1e6) : USEC_INFINITY,
+                .timeout = timeout_usec,
                 .output_limit = context_config(c)->output_limit,
         };
         r = exec_queue_submit(context_exec(c), code, &opt, &cell_sink, cr, &cr->cell);
@@ -839,6 +863,9 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
                                              strerror(-r));
         }
         control_request_set_cancel(req, cell_cancel, cr);
+        /* Its streamed outputs and its reply each hold up to output_limit
+         * bytes of text, which JSON may double (newlines, quotes). */
+        control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
 }
 
 static void method_interrupt(ControlRequest *req, json_t *params, void *userdata) {

@@ -247,7 +247,10 @@ def test_outputs(tap, d):
     kept = sum(len(o.get("text", "")) for o in outs)
     tap.eq((rc, (j or {}).get("status")), (0, "ok"), "huge print: the cell ran to its end")
     tap.ok(text_of(outs, "stderr").count(MARKER) == 1, "huge print: the marker, once", repr(outs)[-300:])
-    tap.ok(65536 <= kept <= 65536 + len(MARKER), "huge print: cut at the limit", f"kept {kept}")
+    cut = "[output truncated: 4934471 more bytes not kept]\n"  # 5,000,001 + 6 printed, 65536 kept
+    tap.ok(text_of(outs, "stderr").endswith(cut), "huge print: the last output says how much was cut",
+           repr(outs)[-300:])
+    tap.ok(65536 <= kept <= 65536 + len(MARKER) + len(cut), "huge print: cut at the limit", f"kept {kept}")
     r = d.ctl("exec", "small", "z")
     tap.eq(r.stdout.split("\n")[0], "1", "huge print: the code after it ran")
     r = d.ctl("exec", "small", "print('y' * 1_000_000)", timeout=60)

@@ -309,6 +309,270 @@ static void test_no_kernel(void) {
         json_decref(db.streamed);
 }
 
+/* ---- The queue's states, driven by hand-built messages ---- */
+
+typedef struct Sent {
+        Channel channel;
+        char type[32];
+        char id[37];
+} Sent;
+
+static Sent sent[256];
+static unsigned n_sent;
+static int send_error; /* what the fake send returns when not 0 */
+static int fake_token; /* its address stands for the KernelConn */
+
+static int hook_send(void *userdata, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+        Sent *s;
+
+        json_decref(content);
+        if (send_error)
+                return send_error;
+        s = &sent[n_sent++ % ELEMENTSOF(sent)];
+        s->channel = channel;
+        snprintf(s->type, sizeof s->type, "%s", msg_type);
+        uuid_random(s->id);
+        if (ret_msg_id)
+                memcpy(ret_msg_id, s->id, 37);
+        return 0;
+}
+
+static const ExecHooks fake_hooks = { hook_interrupt, hook_busy, hook_send };
+
+/* The msg_id of the last request of that type sent at or after index since, or NULL. */
+static const char *sent_since(unsigned since, const char *type) {
+        for (unsigned i = n_sent; i > since; i--)
+                if (streq(sent[(i - 1) % ELEMENTSOF(sent)].type, type))
+                        return sent[(i - 1) % ELEMENTSOF(sent)].id;
+        return NULL;
+}
+
+static void feed(ExecQueue *q, Channel channel, const char *type, const char *parent, json_t *content) {
+        JupyterMsg m;
+
+        if (!parent || jupyter_msg_new(type, "kernel-session", content, &m) < 0)
+                return;
+        json_object_set_new(m.parent_header, "msg_id", json_string(parent));
+        if (channel == CHANNEL_IOPUB)
+                exec_queue_on_iopub(q, &m);
+        else
+                exec_queue_on_reply(q, channel, &m);
+        jupyter_msg_done(&m);
+}
+
+static void feed_status(ExecQueue *q, const char *parent, const char *state) {
+        feed(q, CHANNEL_IOPUB, "status", parent, json_pack("{s:s}", "execution_state", state));
+}
+
+static void feed_reply(ExecQueue *q, const char *parent, const char *status) {
+        feed(q, CHANNEL_SHELL, "execute_reply", parent,
+             json_pack("{s:s, s:i}", "status", status, "execution_count", 9));
+}
+
+static void feed_info(ExecQueue *q, const char *parent) {
+        feed(q, CHANNEL_SHELL, "kernel_info_reply", parent, json_pack("{s:s}", "status", "ok"));
+}
+
+static void feed_stream(ExecQueue *q, const char *parent, const char *text) {
+        feed(q, CHANNEL_IOPUB, "stream", parent, json_pack("{s:s, s:s}", "name", "stdout", "text", text));
+}
+
+#define NO_REPLY "[no reply: the kernel sent no reply to the cell"
+
+/* Submits code and returns the msg_id of its execute_request (copied to id). */
+static bool submit_started(ExecQueue *q, const char *code, const ExecOptions *opt, Done *d, char id[37]) {
+        unsigned since = n_sent;
+        const char *s;
+
+        done_reset(d);
+        if (exec_queue_submit(q, code, opt, &sink, d, NULL) < 0)
+                return false;
+        s = sent_since(since, "execute_request");
+        if (!s)
+                return false;
+        memcpy(id, s, 37);
+        return true;
+}
+
+static void test_states(void) {
+        ExecOptions opt = default_opt;
+        ExecQueue *q = NULL;
+        Done d = { 0 }, e = { 0 };
+        char id[37], hs[37];
+        const char *probe;
+        unsigned since, interrupts;
+
+        ok(uv_loop_init(&w.loop) == 0, "states: loop");
+        uv_timer_init(&w.loop, &w.safety);
+        w.busy_true = w.busy_false = 0;
+        w.pid = 0;
+        is_int(exec_queue_new(&w.loop, &fake_hooks, &w, &q), 0, "states: queue with a send hook");
+
+        /* Handshake: cells wait until iopub delivers. */
+        since = n_sent;
+        exec_queue_attach(q, (KernelConn *) &fake_token, "kf");
+        ok(sent_since(since, "kernel_info_request") != NULL, "attach: a kernel_info_request goes out");
+        memcpy(hs, sent_since(since, "kernel_info_request") ?: "", 37);
+        done_reset(&d);
+        is_int(exec_queue_submit(q, "a", &opt, &sink, &d, NULL), 0, "handshake: submit");
+        ok(!sent_since(since, "execute_request"), "handshake: the cell waits for iopub");
+        feed_status(q, hs, "busy");
+        ok(sent_since(since, "execute_request") != NULL, "handshake: iopub heard, the cell goes out");
+        memcpy(id, sent_since(since, "execute_request") ?: "", 37);
+        is_int(w.busy_true, 1, "busy(true) when it starts");
+
+        /* Reply and idle: ok. */
+        feed_stream(q, id, "out\n");
+        feed_reply(q, id, "ok");
+        ok(!d.done, "reply alone does not end it at once");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "reply and idle: EXEC_OK");
+        is_str(stext(d.outputs, "stdout"), "out\n", "its output");
+        ok(!w.busy && w.busy_false == 1, "busy(false) after it");
+
+        /* The idle is lost: after EXEC_SETTLE_USEC a kernel_info round trip ends it. */
+        since = n_sent;
+        ok(submit_started(q, "b", &opt, &d, id), "lost idle: started");
+        feed_reply(q, id, "ok");
+        ok(RUN_UNTIL(sent_since(since, "kernel_info_request") != NULL), "lost idle: a probe goes out");
+        probe = sent_since(since, "kernel_info_request");
+        feed_status(q, "someone-else", "idle");
+        feed_info(q, probe);
+        ok(!d.done, "lost idle: the probe's reply alone waits for its idle");
+        feed_status(q, probe, "idle");
+        ok(d.done && d.status == EXEC_OK, "lost idle: probe reply and idle end it, EXEC_OK");
+        ok(!strstr(stext(d.outputs, "stderr"), NO_REPLY), "lost idle: the reply came, no marker");
+
+        /* The probe's idle is lost too: its reply and EXEC_SETTLE_USEC end it. */
+        since = n_sent;
+        ok(submit_started(q, "c", &opt, &d, id), "lost idles: started");
+        feed_reply(q, id, "ok");
+        ok(RUN_UNTIL(sent_since(since, "kernel_info_request") != NULL), "lost idles: a probe goes out");
+        feed_info(q, sent_since(since, "kernel_info_request"));
+        ok(RUN_UNTIL(d.done), "lost idles: ended after the settle time");
+        is_int(d.status, EXEC_OK, "lost idles: EXEC_OK");
+
+        /* An interrupt at the timeout lands after the code: idle, but no reply. */
+        opt.timeout = 200 * USEC_PER_MSEC;
+        interrupts = w.interrupts;
+        since = n_sent;
+        ok(submit_started(q, "pass", &opt, &d, id), "late interrupt: started with a timeout");
+        ok(RUN_UNTIL(w.interrupts > interrupts), "late interrupt: interrupted at the timeout");
+        probe = sent_since(since, "kernel_info_request");
+        ok(probe != NULL, "late interrupt: a probe goes out with the interrupt");
+        feed_status(q, id, "idle");
+        ok(!d.done, "late interrupt: idle without a reply does not end it");
+        feed_info(q, probe);
+        feed_status(q, probe, "idle");
+        ok(d.done, "late interrupt: the probe ends it");
+        is_int(d.status, EXEC_TIMEOUT, "late interrupt: EXEC_TIMEOUT");
+        ok(strstr(stext(d.outputs, "stderr"), NO_REPLY) != NULL, "late interrupt: said in the outputs");
+        ok(d.message && strstr(d.message, "no reply"), "late interrupt: and in the message (%s)",
+           d.message ?: "(null)");
+        ok(!exec_queue_busy(q) && !w.busy, "late interrupt: not busy afterwards");
+        opt.timeout = USEC_INFINITY;
+
+        /* A manual interrupt that draws no reply: EXEC_ABORTED. */
+        since = n_sent;
+        ok(submit_started(q, "pass", &opt, &d, id), "manual: started");
+        ok(exec_queue_interrupt(q), "manual: interrupted");
+        probe = sent_since(since, "kernel_info_request");
+        feed_status(q, id, "idle");
+        feed_info(q, probe);
+        feed_status(q, probe, "idle");
+        ok(d.done && d.status == EXEC_ABORTED, "manual: EXEC_ABORTED without a reply");
+        ok(strstr(stext(d.outputs, "stderr"), NO_REPLY) != NULL, "manual: said in the outputs");
+
+        /* The probe could not be sent: it is sent again. */
+        since = n_sent;
+        ok(submit_started(q, "pass", &opt, &d, id), "probe retry: started");
+        send_error = -EAGAIN;
+        ok(exec_queue_interrupt(q), "probe retry: interrupted while sends fail");
+        send_error = 0;
+        ok(RUN_UNTIL(sent_since(since, "kernel_info_request") != NULL), "probe retry: the probe goes out later");
+        feed_reply(q, id, "error");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_ERROR, "probe retry: a reply still decides (EXEC_ERROR)");
+
+        /* A dropped connection: a marker once, a probe, and the cell ends normally. */
+        since = n_sent;
+        ok(submit_started(q, "pass", &opt, &d, id), "dropped: started");
+        exec_queue_on_dropped(q, CHANNEL_HB, 12345);
+        exec_queue_on_dropped(q, CHANNEL_CONTROL, 12345);
+        ok(!sent_since(since + 1, "kernel_info_request") && json_array_size(d.streamed) == 0,
+           "dropped hb and control: nothing");
+        exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
+        exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
+        probe = sent_since(since, "kernel_info_request");
+        ok(probe != NULL, "dropped iopub: a probe goes out");
+        is_int(json_array_size(d.streamed), 0, "dropped iopub: no marker before the kernel is heard from");
+        feed_reply(q, id, "ok");
+        feed_info(q, probe);
+        feed_status(q, probe, "idle");
+        ok(d.done && d.status == EXEC_OK, "dropped iopub: the reply and the probe end it, EXEC_OK");
+        is_str(stext(d.outputs, "stderr"),
+               "\n[output dropped: a message of more than 12345 bytes from the kernel (or a broken connection); "
+               "what it sent on iopub meanwhile is lost]\n",
+               "dropped iopub: the marker, once");
+        is_int(json_array_size(d.streamed), 1, "dropped iopub: streamed once");
+
+        /* A kernel that dies drops every connection: no marker for that. */
+        since = n_sent;
+        ok(submit_started(q, "spin", &opt, &d, id), "died: started");
+        exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
+        exec_queue_on_dropped(q, CHANNEL_SHELL, 12345);
+        exec_queue_detach(q, "killed by SIGKILL");
+        exec_queue_attach(q, (KernelConn *) &fake_token, "kf2");
+        ok(d.done && d.status == EXEC_DIED, "died: EXEC_DIED at the next attach");
+        is_int(json_array_size(d.outputs), 0, "died: no dropped-message marker");
+        memcpy(hs, sent_since(since, "kernel_info_request") ?: "", 37);
+        feed_status(q, hs, "idle");
+
+        /* A queued cell's deadline. */
+        since = n_sent;
+        ok(submit_started(q, "long", &opt, &d, id), "deadline: a long cell runs");
+        opt.timeout = 100 * USEC_PER_MSEC;
+        done_reset(&e);
+        is_int(exec_queue_submit(q, "short", &opt, &sink, &e, NULL), 0, "deadline: a cell with a timeout queued");
+        ok(RUN_UNTIL(e.done), "deadline: answered while still queued");
+        is_int(e.status, EXEC_TIMEOUT, "deadline: EXEC_TIMEOUT");
+        ok(e.message && strstr(e.message, "did not start within its timeout"), "deadline: says so (%s)",
+           e.message ?: "(null)");
+        ok(strstr(stext(e.outputs, "stderr"), "[not run: the cell did not start") != NULL,
+           "deadline: in its outputs too");
+        ok(!d.done && exec_queue_pending(q) == 0, "deadline: the running cell goes on, nothing queued");
+        ok(!sent_since(since + 1, "execute_request"), "deadline: the short cell was never sent");
+        feed_reply(q, id, "ok");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "deadline: the long cell ends ok");
+        opt.timeout = USEC_INFINITY;
+
+        /* A flood of empty displays: each kept output counts 1 KiB against the limit. */
+        opt.output_limit = 4096;
+        ok(submit_started(q, "displays", &opt, &d, id), "empty displays: started");
+        for (int i = 0; i < 1000; i++)
+                feed(q, CHANNEL_IOPUB, "display_data", id,
+                     json_pack("{s:{s:s}, s:{}}", "data", "text/plain", "", "metadata"));
+        feed_reply(q, id, "ok");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "empty displays: ok");
+        is_int(count_outputs(d.outputs, "display_data"), 4, "empty displays: 4 kept under a limit of 4096");
+        ok(strstr(stext(d.outputs, "stderr"), "[output truncated: limit of 4096 bytes reached]") != NULL,
+           "empty displays: then the marker");
+        ok(strstr(stext(d.outputs, "stderr"), "[output truncated: 1019904 more bytes not kept]") != NULL,
+           "empty displays: and how much more came (996 x 1 KiB)");
+        opt.output_limit = default_opt.output_limit;
+
+        exec_queue_free(q);
+        uv_close((uv_handle_t *) &w.safety, NULL);
+        uv_run(&w.loop, UV_RUN_DEFAULT);
+        is_int(uv_loop_close(&w.loop), 0, "states: uv_loop_close");
+        done_reset(&d);
+        done_reset(&e);
+        json_decref(d.streamed);
+        json_decref(e.streamed);
+}
+
 /* ---- Real kernels ---- */
 
 static char tmpdir[] = "/tmp/test-exec.XXXXXX";
@@ -395,7 +659,7 @@ static int kernel_launch(unsigned k) {
         kernel_pids[n_kernels++] = pid;
         w.pid = pid;
 
-        r = kernel_conn_new(&w.loop, w.zmq, &ci, &conn_callbacks, &w, &w.conn);
+        r = kernel_conn_new(&w.loop, w.zmq, &ci, exec_message_bound(10 * 1024 * 1024), &conn_callbacks, &w, &w.conn);
         if (r < 0)
                 return r;
         w.info_replied = false;
@@ -669,6 +933,16 @@ static void test_limit(Done *d) {
                 const char *err = stext(d->outputs, "stderr"), *m = strstr(err, marker);
                 ok(m && !strstr(m + 1, marker), "huge print: the marker is there, once");
         }
+        {
+                /* 5,000,001 + 6 bytes printed, 65536 kept. */
+                const char *summary = "[output truncated: 4934471 more bytes not kept]\n";
+                const char *err = stext(d->outputs, "stderr");
+
+                ok(strlen(err) >= strlen(summary) && streq(err + strlen(err) - strlen(summary), summary),
+                   "huge print: the last output says how much was cut");
+                kept -= strlen(summary);
+                streamed -= strlen(summary);
+        }
         ok(kept <= opt.output_limit + strlen(marker), "huge print: kept text bounded (%zu)", kept);
         ok(kept >= opt.output_limit, "huge print: kept up to the limit (%zu)", kept);
         ok(streamed <= opt.output_limit + strlen(marker), "huge print: streamed text bounded (%zu)", streamed);
@@ -881,6 +1155,7 @@ out:
 int main(void) {
         atexit(cleanup);
         test_no_kernel();
+        test_states();
         test_live();
         cleanup();
         (void) stext(NULL, NULL);

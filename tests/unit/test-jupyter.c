@@ -591,15 +591,15 @@ static void test_conn_fake(void) {
         /* Argument errors. */
         bad = ci;
         snprintf(bad.ip, sizeof bad.ip, "not-an-ip");
-        is_int(kernel_conn_new(&loop, ctx, &bad, &callbacks, &s, &untouched), -EINVAL, "new: bad ip");
+        is_int(kernel_conn_new(&loop, ctx, &bad, 0, &callbacks, &s, &untouched), -EINVAL, "new: bad ip");
         bad = ci;
         bad.ports[CHANNEL_HB] = 0;
-        is_int(kernel_conn_new(&loop, ctx, &bad, &callbacks, &s, &untouched), -EINVAL, "new: port 0");
-        is_int(kernel_conn_new(NULL, ctx, &ci, &callbacks, &s, &untouched), -EINVAL, "new: no loop");
-        is_int(kernel_conn_new(&loop, NULL, &ci, &callbacks, &s, &untouched), -EINVAL, "new: no zmq context");
+        is_int(kernel_conn_new(&loop, ctx, &bad, 0, &callbacks, &s, &untouched), -EINVAL, "new: port 0");
+        is_int(kernel_conn_new(NULL, ctx, &ci, 0, &callbacks, &s, &untouched), -EINVAL, "new: no loop");
+        is_int(kernel_conn_new(&loop, NULL, &ci, 0, &callbacks, &s, &untouched), -EINVAL, "new: no zmq context");
         ok(untouched == (KernelConn *) &fk, "new: ret untouched on failure");
 
-        r = kernel_conn_new(&loop, ctx, &ci, &callbacks, &s, &c);
+        r = kernel_conn_new(&loop, ctx, &ci, 0, &callbacks, &s, &c);
         is_int(r, 0, "new: connects to the fake kernel's ports");
         if (r < 0)
                 goto out;
@@ -781,7 +781,7 @@ out_hb:
         s.close_on_reply = false;
 
         /* Close with a reply on its way: it is never delivered. */
-        r = kernel_conn_new(&loop, ctx, &ci, &callbacks, &s, &c2);
+        r = kernel_conn_new(&loop, ctx, &ci, 0, &callbacks, &s, &c2);
         is_int(r, 0, "second connection");
         if (r == 0) {
                 JupyterMsg req2;
@@ -967,7 +967,7 @@ static void test_conn_live(void) {
         ok(uv_loop_init(&loop) == 0, "live: loop");
         seen_init(&s, &loop);
         ctx = zmq_ctx_new();
-        r = kernel_conn_new(&loop, ctx, &ci, &callbacks, &s, &c);
+        r = kernel_conn_new(&loop, ctx, &ci, 0, &callbacks, &s, &c);
         is_int(r, 0, "live: kernel_conn_new");
         if (r < 0) {
                 close(gate);
