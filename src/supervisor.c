@@ -1028,14 +1028,15 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
 
 /* How long remove waits for the removed context's kernel: its stop ends by stop_timeout (SIGKILL), and kernelctl
  * waits 60 s for the answer. */
-static double remove_timeout(json_t *params, const Context *c) {
-        double def = (double) context_config(c)->stop_timeout / USEC_PER_SEC + 1;
+static usec_t remove_timeout(const Context *c) {
+        usec_t def = context_config(c)->stop_timeout + USEC_PER_SEC;
 
-        return request_timeout(params, def < 55 ? def : 55);
+        return def < 55 * USEC_PER_SEC ? def : 55 * USEC_PER_SEC;
 }
 
-/* The answer to remove once the removed context c has stopped (or the timeout says it is still stopping). */
-static void remove_answer(Supervisor *s, ControlRequest *req, json_t *params, Context *c, json_t *report) {
+/* The answer to remove once the removed context c has stopped (or the timeout says it is still stopping):
+ * timeout is the request's, or remove_timeout() when it gave none. */
+static void remove_answer(Supervisor *s, ControlRequest *req, usec_t timeout, Context *c, json_t *report) {
         bool stopping = false;
         Waiter *w;
 
@@ -1044,7 +1045,7 @@ static void remove_answer(Supervisor *s, ControlRequest *req, json_t *params, Co
                         stopping = context_state(c) != CONTEXT_STOPPED;
         if (!stopping)
                 return control_request_reply(req, report);
-        w = waiter_add(s, req, c, WAIT_REMOVED, remove_timeout(params, c));
+        w = waiter_add(s, req, c, WAIT_REMOVED, timeout ?: remove_timeout(c));
         if (w)
                 w->report = report;
         else
@@ -1060,6 +1061,7 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         _cleanup_close_ int dirfd = -1;
         const ContextConfig *cc;
         json_t *report = NULL;
+        usec_t timeout;
         size_t len;
         Context *c;
         int r;
@@ -1069,6 +1071,9 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         if (!name || !context_name_valid(name))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
                                              "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
+        /* A bad timeout is refused before anything is removed; 0 stands for "none given". */
+        if (request_timeout(req, params, 0, &timeout) < 0)
+                return;
         c = supervisor_find(s, name);
         if (!c)
                 return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
@@ -1091,7 +1096,7 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
                 return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
                                              path);
         }
-        remove_answer(s, req, params, c, report);
+        remove_answer(s, req, timeout, c, report);
 }
 
 static const ControlMethod methods[] = {
