@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <uv.h>
 
 #include "config.h"
 #include "connfile.h"
@@ -16,11 +17,24 @@
 typedef struct Supervisor Supervisor;
 typedef struct Context Context;
 
-/* Creates the context for cfg (borrowed: it must outlive the context or be
- * replaced with context_set_config), loading its persisted state. A corrupt
- * state file is moved aside and the context starts afresh (*ret_warning says
- * so). Does not start anything. */
-int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **ret_warning);
+/* What a context needs from its owner: the daemon-wide values it works with.
+ * Borrowed by every context given it: it, and the strings it points to, must
+ * outlive them. The owner may change port_min and port_max between calls (a
+ * reload); the rest stays as it was at the first context_new. */
+typedef struct ContextHost {
+        uv_loop_t *loop;
+        void *zmq;                   /* the one libzmq context, for the kernel connections */
+        int state_dirfd;             /* where contexts/NAME.json is kept */
+        const char *state_dir;       /* its path, for messages */
+        const char *runtime_dir;     /* below it: kernels/NAME/, and the ipc sockets' directory */
+        uint16_t port_min, port_max; /* port_range, for a tcp kernel's ports */
+        const char *boot_id;         /* this boot's: a recorded kernel of another boot is not adopted */
+} ContextHost;
+
+/* Creates the context for cfg (copied), loading its persisted state from
+ * host->state_dirfd. A corrupt state file is moved aside and the context
+ * starts afresh (*ret_warning says so). Does not start anything. */
+int context_new(Supervisor *s, const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning);
 
 /* Adopts the kernel an earlier daemon of this boot left running: the
  * recorded pid alive with the recorded start time (a reused pid is never

@@ -459,7 +459,7 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                                 table[i] = c;
                                 continue;
                         }
-                        r = context_new(s, &new->contexts[i], &table[i], &warning);
+                        r = context_new(s, &s->host, &new->contexts[i], &table[i], &warning);
                         if (r < 0) {
                                 for (size_t k = 0; k < n_created; k++)
                                         context_free(created[k]);
@@ -507,8 +507,8 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                 free(s->contexts);
                 s->contexts = table;
                 s->n_contexts = new->n_contexts;
-                s->config->port_min = new->port_min;
-                s->config->port_max = new->port_max;
+                s->config->port_min = s->host.port_min = new->port_min;
+                s->config->port_max = s->host.port_max = new->port_max;
                 /* The directories stay as the daemon started with them (see not_applied). */
                 free(new->socket_path);
                 free(new->runtime_dir);
@@ -1334,6 +1334,16 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         }
         /* Four sockets per kernel: libzmq's default of 1023 sockets would cap us near 250 contexts. */
         (void) zmq_ctx_set(s->zmq, ZMQ_MAX_SOCKETS, 65535);
+        s->host = (ContextHost){
+                .loop = loop,
+                .zmq = s->zmq,
+                .state_dirfd = s->state_dirfd,
+                .state_dir = config->state_dir,
+                .runtime_dir = config->runtime_dir,
+                .port_min = config->port_min,
+                .port_max = config->port_max,
+                .boot_id = s->sstate.boot_id,
+        };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
         if (!s->contexts) {
@@ -1342,7 +1352,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         }
         for (size_t i = 0; i < config->n_contexts; i++) {
                 _cleanup_free_ char *warning = NULL;
-                r = context_new(s, &config->contexts[i], &s->contexts[i], &warning);
+                r = context_new(s, &s->host, &config->contexts[i], &s->contexts[i], &warning);
                 if (r < 0) {
                         char path[4200];
                         snprintf(path, sizeof path, "%s/contexts/%s.json", config->state_dir, config->contexts[i].name);

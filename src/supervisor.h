@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "context.h"
 #include "control.h"
 #include "freeze.h"
 #include "notify.h"
@@ -21,6 +22,7 @@ typedef struct Supervisor {
         int state_dirfd;
         SupervisorState sstate;   /* generation, boot_id, pid, started_at */
         bool pid1;                /* we are a container's init */
+        ContextHost host;         /* what every context is given */
 
         Context **contexts;       /* sorted by name, as config->contexts */
         size_t n_contexts;
