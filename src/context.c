@@ -391,7 +391,7 @@ static void hb_timer_cb(uv_timer_t *t) {
         if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE)
                 return;
         /* After a freeze every timer fires at once: that is no silence of the kernel. */
-        if (supervisor_clock_check(c->sup))
+        if (c->host->clock_check(c->host->userdata))
                 return;
         if (c->hb_outstanding && ++c->hb_missed >= c->cfg->heartbeat_misses && c->state != CONTEXT_UNRESPONSIVE) {
                 log_warning("%s: kernel %s missed %u heartbeats; unresponsive", c->name, c->st.kernel_id,
@@ -706,7 +706,7 @@ static void deadline_cb(uv_timer_t *t) {
 
         if (c->state != CONTEXT_STARTING || c->pid <= 0)
                 return;
-        if (supervisor_clock_check(c->sup))
+        if (c->host->clock_check(c->host->userdata))
                 return; /* a freeze, not a hang: context_resumed() re-armed the deadline */
         snprintf(msg, sizeof msg, "%s within start_timeout (%s); killed",
                  c->adopting ? "the adopted kernel did not answer kernel_info" : "did not answer kernel_info",
@@ -1021,7 +1021,7 @@ static void stop_timer_cb(uv_timer_t *t) {
 
         if (c->state != CONTEXT_STOPPING || c->pid <= 0)
                 return;
-        if (supervisor_clock_check(c->sup))
+        if (c->host->clock_check(c->host->userdata))
                 return;
         if (c->stop_phase == 0) {
                 char d[32];

@@ -29,6 +29,15 @@ typedef struct ContextHost {
         const char *runtime_dir;     /* below it: kernels/NAME/, and the ipc sockets' directory */
         uint16_t port_min, port_max; /* port_range, for a tcp kernel's ports */
         const char *boot_id;         /* this boot's: a recorded kernel of another boot is not adopted */
+
+        /* The callbacks, each given userdata. */
+        void *userdata;
+        /* Whether the loop was frozen since the last check. The context's
+         * deadline callbacks (start_timeout, heartbeat, stop escalation) ask
+         * before they act: after a freeze every timer fires at once. When it
+         * returns true it has called context_resumed() on every context,
+         * this one included (the one re-entry it may make). */
+        bool (*clock_check)(void *userdata);
 } ContextHost;
 
 /* Creates the context for cfg (copied), loading its persisted state from

@@ -1088,7 +1088,10 @@ static const ControlMethod methods[] = {
 #define TICK_SLACK_USEC (1500 * USEC_PER_MSEC)
 #define FREEZE_THRESHOLD_USEC (2 * USEC_PER_SEC)
 
-bool supervisor_clock_check(Supervisor *s) {
+/* Samples the clocks; when a freeze happened since the last sample, records the resume, tells every context
+ * to re-arm its deadlines, and returns true (ContextHost.clock_check). */
+static bool supervisor_clock_check(void *userdata) {
+        Supervisor *s = userdata;
         ClockSample now;
         usec_t jump;
         char d[32];
@@ -1343,6 +1346,8 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .port_min = config->port_min,
                 .port_max = config->port_max,
                 .boot_id = s->sstate.boot_id,
+                .userdata = s,
+                .clock_check = supervisor_clock_check,
         };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));

@@ -80,9 +80,5 @@ void supervisor_context_heartbeat(Supervisor *s, Context *c);
 /* A context's state file could not be written, or could again: the daemon is
  * degraded while any is unsaved (status, STATUS=), and retries on a timer. */
 void supervisor_state_changed(Supervisor *s);
-/* Samples the clocks; when a freeze happened since the last sample, records
- * the resume, tells every context to re-arm its deadlines, and returns true.
- * Deadline callbacks call it before acting: after a freeze every timer fires. */
-bool supervisor_clock_check(Supervisor *s);
 /* Ports held by every context but except; *ret is newly allocated. */
 int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n);
