@@ -134,7 +134,7 @@ static void context_set_state(Context *c, ContextStateKind to) {
                          to == CONTEXT_FAILED && c->st.last_error ? c->st.last_error : "");
                 exec_queue_give_up(c->exec, why);
         }
-        supervisor_context_changed(c->sup, c);
+        c->host->state_changed(c->host->userdata, c);
 }
 
 static void context_set_error(Context *c, const char *msg) {

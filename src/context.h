@@ -38,6 +38,13 @@ typedef struct ContextHost {
          * returns true it has called context_resumed() on every context,
          * this one included (the one re-entry it may make). */
         bool (*clock_check)(void *userdata);
+        /* c moved to another state (context_state). Runs from inside
+         * context_start, context_stop, context_restart, context_adopt and
+         * context_child_exited as well as from the loop. It may read c and
+         * call context_probe; it must not start, stop or restart c; once c
+         * is stopped it may context_free it (the memory goes after the loop
+         * runs the close callbacks, and c does nothing more on this path). */
+        void (*state_changed)(void *userdata, Context *c);
 } ContextHost;
 
 /* Creates the context for cfg (copied), loading its persisted state from

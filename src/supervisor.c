@@ -335,7 +335,10 @@ void supervisor_state_changed(Supervisor *s) {
         supervisor_update_status(s);
 }
 
-void supervisor_context_changed(Supervisor *s, Context *c) {
+/* ContextHost.state_changed. */
+static void supervisor_context_changed(void *userdata, Context *c) {
+        Supervisor *s = userdata;
+
         if (context_state(c) == CONTEXT_STOPPED)
                 for (size_t i = 0; i < s->n_retiring; i++)
                         if (s->retiring[i] == c)
@@ -1348,6 +1351,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .boot_id = s->sstate.boot_id,
                 .userdata = s,
                 .clock_check = supervisor_clock_check,
+                .state_changed = supervisor_context_changed,
         };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));

@@ -74,7 +74,6 @@ void supervisor_free(Supervisor *s);
 int supervisor_block_signals(void);
 
 /* For context.c. */
-void supervisor_context_changed(Supervisor *s, Context *c);
 /* c's kernel answered a heartbeat ping. */
 void supervisor_context_heartbeat(Supervisor *s, Context *c);
 /* A context's state file could not be written, or could again: the daemon is
