@@ -309,7 +309,7 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
                 log_notice("%s: kernel %s answers its heartbeat again", c->name, c->st.kernel_id);
                 context_set_state(c, exec_queue_busy(c->exec) ? CONTEXT_BUSY : CONTEXT_READY);
         }
-        supervisor_context_heartbeat(c->sup, c);
+        c->host->heartbeat(c->host->userdata, c);
 }
 
 static const KernelConnCallbacks conn_callbacks = {

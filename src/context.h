@@ -45,6 +45,9 @@ typedef struct ContextHost {
          * is stopped it may context_free it (the memory goes after the loop
          * runs the close callbacks, and c does nothing more on this path). */
         void (*state_changed)(void *userdata, Context *c);
+        /* c's kernel answered a heartbeat ping (context_hb_answers went up).
+         * Runs from the loop; it may read c and call context_probe. */
+        void (*heartbeat)(void *userdata, Context *c);
 } ContextHost;
 
 /* Creates the context for cfg (copied), loading its persisted state from

@@ -305,7 +305,9 @@ static void waiters_check(Supervisor *s, Context *c) {
         }
 }
 
-void supervisor_context_heartbeat(Supervisor *s, Context *c) {
+/* ContextHost.heartbeat: a probe waiting for c is answered. */
+static void supervisor_context_heartbeat(void *userdata, Context *c) {
+        Supervisor *s = userdata;
         Waiter *w, *next;
 
         for (w = s->waiters; w; w = next) {
@@ -1352,6 +1354,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .userdata = s,
                 .clock_check = supervisor_clock_check,
                 .state_changed = supervisor_context_changed,
+                .heartbeat = supervisor_context_heartbeat,
         };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));

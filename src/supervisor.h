@@ -74,8 +74,6 @@ void supervisor_free(Supervisor *s);
 int supervisor_block_signals(void);
 
 /* For context.c. */
-/* c's kernel answered a heartbeat ping. */
-void supervisor_context_heartbeat(Supervisor *s, Context *c);
 /* A context's state file could not be written, or could again: the daemon is
  * degraded while any is unsaved (status, STATUS=), and retries on a timer. */
 void supervisor_state_changed(Supervisor *s);
