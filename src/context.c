@@ -155,7 +155,7 @@ static int context_save(Context *c) {
                 log_notice("%s: state saved to %s/contexts/%s.json again", c->name, c->host->state_dir, c->name);
                 free(c->save_error);
                 c->save_error = NULL;
-                supervisor_state_changed(c->sup);
+                c->host->save_changed(c->host->userdata, c);
                 return r;
         }
         if (asprintf(&msg, "cannot write state file %s/contexts/%s.json: %s", c->host->state_dir, c->name,
@@ -165,7 +165,7 @@ static int context_save(Context *c) {
                 log_error("%s: %s", c->name, msg);
                 free(c->save_error);
                 c->save_error = TAKE_PTR(msg);
-                supervisor_state_changed(c->sup);
+                c->host->save_changed(c->host->userdata, c);
         }
         return r;
 }

@@ -48,6 +48,12 @@ typedef struct ContextHost {
         /* c's kernel answered a heartbeat ping (context_hb_answers went up).
          * Runs from the loop; it may read c and call context_probe. */
         void (*heartbeat)(void *userdata, Context *c);
+        /* c's state file could not be written, or could again
+         * (context_save_error changed). The owner is degraded while any is
+         * unsaved and calls context_save_retry. Runs from inside any
+         * context_* call that writes the state, context_save_retry included;
+         * it may read every context and must not call context_save_retry. */
+        void (*save_changed)(void *userdata, Context *c);
 } ContextHost;
 
 /* Creates the context for cfg (copied), loading its persisted state from

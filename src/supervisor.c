@@ -324,7 +324,10 @@ static void state_retry_cb(uv_timer_t *t) {
                 (void) context_save_retry(s->contexts[i]);
 }
 
-void supervisor_state_changed(Supervisor *s) {
+/* ContextHost.save_changed: the daemon is degraded while any context is unsaved (status, STATUS=), and
+ * retries on a timer. */
+static void supervisor_state_changed(void *userdata, Context *c) {
+        Supervisor *s = userdata;
         _cleanup_free_ char *degraded = NULL;
 
         if (s->state_retry.data) {
@@ -1355,6 +1358,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .clock_check = supervisor_clock_check,
                 .state_changed = supervisor_context_changed,
                 .heartbeat = supervisor_context_heartbeat,
+                .save_changed = supervisor_state_changed,
         };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));

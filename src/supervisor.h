@@ -74,8 +74,5 @@ void supervisor_free(Supervisor *s);
 int supervisor_block_signals(void);
 
 /* For context.c. */
-/* A context's state file could not be written, or could again: the daemon is
- * degraded while any is unsaved (status, STATUS=), and retries on a timer. */
-void supervisor_state_changed(Supervisor *s);
 /* Ports held by every context but except; *ret is newly allocated. */
 int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n);
