@@ -20,7 +20,6 @@
 #include "resources.h"
 #include "log.h"
 #include "spawn.h"
-#include "supervisor.h"
 #include "util.h"
 
 /* How often an unanswered kernel_info_request is sent again while starting:
@@ -37,7 +36,6 @@
 #define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
 
 struct Context {
-        Supervisor *sup;
         const ContextHost *host; /* borrowed */
         ContextConfig *cfg;     /* owned: a copy, so a reload can replace the Config */
         char *name;
@@ -730,7 +728,7 @@ static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
         char note[512] = "";
         int r;
 
-        r = supervisor_taken_ports(c->sup, c, &taken, &n_taken);
+        r = h->taken_ports(h->userdata, c, &taken, &n_taken);
         if (r < 0)
                 return r;
         if (!keep)
@@ -1101,7 +1099,7 @@ void context_restart(Context *c) {
 
 /* ---- Lifetime ---- */
 
-int context_new(Supervisor *s, const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning) {
+int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning) {
         Context *c = calloc(1, sizeof *c);
         int r;
 
@@ -1109,7 +1107,6 @@ int context_new(Supervisor *s, const ContextHost *host, const ContextConfig *cfg
                 free(c);
                 return -ENOMEM;
         }
-        c->sup = s;
         c->host = host;
         c->cfg = context_config_dup(cfg);
         if (!c->cfg) {

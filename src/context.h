@@ -14,7 +14,6 @@
 #include "policy.h"
 #include "state.h"
 
-typedef struct Supervisor Supervisor;
 typedef struct Context Context;
 
 /* What a context needs from its owner: the daemon-wide values it works with.
@@ -54,12 +53,17 @@ typedef struct ContextHost {
          * context_* call that writes the state, context_save_retry included;
          * it may read every context and must not call context_save_retry. */
         void (*save_changed)(void *userdata, Context *c);
+        /* The tcp ports every other context holds (context_ports), so that a
+         * launch of except never takes them: *ret (newly allocated, owned by
+         * the caller) holds *ret_n ports. Runs from inside context_start,
+         * context_restart and the loop; it may only read contexts. */
+        int (*taken_ports)(void *userdata, const Context *except, uint16_t **ret, size_t *ret_n);
 } ContextHost;
 
 /* Creates the context for cfg (copied), loading its persisted state from
  * host->state_dirfd. A corrupt state file is moved aside and the context
  * starts afresh (*ret_warning says so). Does not start anything. */
-int context_new(Supervisor *s, const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning);
+int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning);
 
 /* Adopts the kernel an earlier daemon of this boot left running: the
  * recorded pid alive with the recorded start time (a reused pid is never

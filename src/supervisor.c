@@ -60,7 +60,9 @@ static bool peer_sees(const ControlPeer *peer, const Context *c) {
         return peer->uid == 0 || peer->uid == getuid() || context_uid(c) == peer->uid;
 }
 
-int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n) {
+/* ContextHost.taken_ports. */
+static int supervisor_taken_ports(void *userdata, const Context *except, uint16_t **ret, size_t *ret_n) {
+        Supervisor *s = userdata;
         uint16_t *v = calloc(s->n_contexts * _CHANNEL_MAX + 1, sizeof(uint16_t));
         size_t n = 0;
 
@@ -467,7 +469,7 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                                 table[i] = c;
                                 continue;
                         }
-                        r = context_new(s, &s->host, &new->contexts[i], &table[i], &warning);
+                        r = context_new(&s->host, &new->contexts[i], &table[i], &warning);
                         if (r < 0) {
                                 for (size_t k = 0; k < n_created; k++)
                                         context_free(created[k]);
@@ -1359,6 +1361,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .state_changed = supervisor_context_changed,
                 .heartbeat = supervisor_context_heartbeat,
                 .save_changed = supervisor_state_changed,
+                .taken_ports = supervisor_taken_ports,
         };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
@@ -1368,7 +1371,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         }
         for (size_t i = 0; i < config->n_contexts; i++) {
                 _cleanup_free_ char *warning = NULL;
-                r = context_new(s, &s->host, &config->contexts[i], &s->contexts[i], &warning);
+                r = context_new(&s->host, &config->contexts[i], &s->contexts[i], &warning);
                 if (r < 0) {
                         char path[4200];
                         snprintf(path, sizeof path, "%s/contexts/%s.json", config->state_dir, config->contexts[i].name);

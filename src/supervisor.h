@@ -72,7 +72,3 @@ void supervisor_free(Supervisor *s);
 
 /* Blocks SIGTERM, SIGINT and SIGHUP for a signalfd; call first in main, before any thread starts. */
 int supervisor_block_signals(void);
-
-/* For context.c. */
-/* Ports held by every context but except; *ret is newly allocated. */
-int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n);
