@@ -12,11 +12,50 @@
 #include <zmq.h>
 
 #include "context.h"
+#include "control.h"
 #include "exec.h"
+#include "freeze.h"
 #include "log.h"
+#include "notify.h"
 #include "protocol.h"
+#include "state.h"
 #include "supervisor.h"
 #include "util.h"
+
+struct Supervisor {
+        uv_loop_t *loop;
+        void *zmq;      /* the one libzmq context */
+        Config *config; /* owned */
+        int state_dirfd;
+        SupervisorState sstate; /* generation, boot_id, pid, started_at */
+        bool pid1;              /* we are a container's init */
+        ContextHost host;       /* what every context is given */
+
+        Context **contexts; /* sorted by name, as config->contexts */
+        size_t n_contexts;
+        Context **retiring; /* removed by a reload, stopping; freed once stopped */
+        size_t n_retiring;
+        uv_timer_t retire_timer; /* frees stopped retiring contexts outside their callbacks */
+        uv_timer_t state_retry;  /* writes unsaved context state again while any is unsaved */
+        /* The directory defaults the config was loaded with, for reloads (owned copies). */
+        char *default_runtime_dir, *default_state_dir, *default_contexts_dir;
+
+        ControlServer *control;
+        Notify *notify;
+        int signal_fd; /* SIGTERM, SIGINT, SIGHUP, with their sender */
+        uv_poll_t signal_poll;
+        uv_signal_t sig_chld;
+        uv_timer_t shutdown_timer;
+        struct Waiter *waiters; /* control requests waiting for a state */
+
+        uv_timer_t tick;       /* samples the clocks to see freezes */
+        ClockSample clock;     /* the last sample */
+        unsigned resumes;      /* freezes seen since start */
+        usec_t last_resume_at; /* CLOCK_REALTIME, 0 when none */
+        bool ready_sent;
+        bool stopping;
+        int exit_code;
+};
 
 /* After the last kernel's stop_timeout, a shutdown that still waits is stuck:
  * this much later everything left is killed. */
