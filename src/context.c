@@ -20,7 +20,6 @@
 #include "resources.h"
 #include "log.h"
 #include "spawn.h"
-#include "supervisor.h"
 #include "util.h"
 
 /* How often an unanswered kernel_info_request is sent again while starting:
@@ -37,7 +36,7 @@
 #define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
 
 struct Context {
-        Supervisor *sup;
+        const ContextHost *host; /* borrowed */
         ContextConfig *cfg;     /* owned: a copy, so a reload can replace the Config */
         char *name;
 
@@ -134,7 +133,7 @@ static void context_set_state(Context *c, ContextStateKind to) {
                          to == CONTEXT_FAILED && c->st.last_error ? c->st.last_error : "");
                 exec_queue_give_up(c->exec, why);
         }
-        supervisor_context_changed(c->sup, c);
+        c->host->state_changed(c->host->userdata, c);
 }
 
 static void context_set_error(Context *c, const char *msg) {
@@ -145,28 +144,27 @@ static void context_set_error(Context *c, const char *msg) {
 /* Writes st to disk. A failure is kept in save_error (status shows it as last_error, the supervisor as
  * degraded and retries on a timer); logged once per change, not at every retry. */
 static int context_save(Context *c) {
-        int r = context_state_save(c->sup->state_dirfd, c->name, &c->st);
+        int r = context_state_save(c->host->state_dirfd, c->name, &c->st);
         _cleanup_free_ char *msg = NULL;
 
         if (r >= 0) {
                 c->conn_saved = true;
                 if (!c->save_error)
                         return r;
-                log_notice("%s: state saved to %s/contexts/%s.json again", c->name, c->sup->config->state_dir,
-                           c->name);
+                log_notice("%s: state saved to %s/contexts/%s.json again", c->name, c->host->state_dir, c->name);
                 free(c->save_error);
                 c->save_error = NULL;
-                supervisor_state_changed(c->sup);
+                c->host->save_changed(c->host->userdata, c);
                 return r;
         }
-        if (asprintf(&msg, "cannot write state file %s/contexts/%s.json: %s", c->sup->config->state_dir, c->name,
+        if (asprintf(&msg, "cannot write state file %s/contexts/%s.json: %s", c->host->state_dir, c->name,
                      strerror(-r)) < 0)
                 return r;
         if (!streq_ptr(msg, c->save_error)) {
                 log_error("%s: %s", c->name, msg);
                 free(c->save_error);
                 c->save_error = TAKE_PTR(msg);
-                supervisor_state_changed(c->sup);
+                c->host->save_changed(c->host->userdata, c);
         }
         return r;
 }
@@ -260,7 +258,7 @@ static int out_pipe_open(Context *c) {
                 close(fds[1]);
                 return -ENOMEM;
         }
-        uv_pipe_init(c->sup->loop, &o->pipe, 0);
+        uv_pipe_init(c->host->loop, &o->pipe, 0);
         o->pipe.data = o;
         r = uv_pipe_open(&o->pipe, fds[0]);
         if (r >= 0)
@@ -310,7 +308,7 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
                 log_notice("%s: kernel %s answers its heartbeat again", c->name, c->st.kernel_id);
                 context_set_state(c, exec_queue_busy(c->exec) ? CONTEXT_BUSY : CONTEXT_READY);
         }
-        supervisor_context_heartbeat(c->sup, c);
+        c->host->heartbeat(c->host->userdata, c);
 }
 
 /* libzmq dropped a connection, most likely for a message over the bound:
@@ -395,7 +393,7 @@ bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]) {
 }
 
 int context_forget(Context *c) {
-        return context_state_remove(c->sup->state_dirfd, c->name);
+        return context_state_remove(c->host->state_dirfd, c->name);
 }
 
 /* ---- Heartbeat ---- */
@@ -408,7 +406,7 @@ static void hb_timer_cb(uv_timer_t *t) {
         if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE)
                 return;
         /* After a freeze every timer fires at once: that is no silence of the kernel. */
-        if (supervisor_clock_check(c->sup))
+        if (c->host->clock_check(c->host->userdata))
                 return;
         if (c->hb_outstanding && ++c->hb_missed >= c->cfg->heartbeat_misses && c->state != CONTEXT_UNRESPONSIVE) {
                 log_warning("%s: kernel %s missed %u heartbeats; unresponsive", c->name, c->st.kernel_id,
@@ -552,7 +550,7 @@ static void context_remove_sockets(Context *c) {
 
         if (c->st.conn.transport != TRANSPORT_IPC)
                 return;
-        r = ipc_sockets_remove(c->sup->config->runtime_dir, c->name, &failed);
+        r = ipc_sockets_remove(c->host->runtime_dir, c->name, &failed);
         if (r < 0)
                 log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's sockets");
 }
@@ -723,7 +721,7 @@ static void deadline_cb(uv_timer_t *t) {
 
         if (c->state != CONTEXT_STARTING || c->pid <= 0)
                 return;
-        if (supervisor_clock_check(c->sup))
+        if (c->host->clock_check(c->host->userdata))
                 return; /* a freeze, not a hang: context_resumed() re-armed the deadline */
         snprintf(msg, sizeof msg, "%s within start_timeout (%s); killed",
                  c->adopting ? "the adopted kernel did not answer kernel_info" : "did not answer kernel_info",
@@ -739,7 +737,7 @@ static void deadline_cb(uv_timer_t *t) {
  * kernel until the start deadline. Without ports to keep (none yet, or the
  * last kernel was on ipc), allocates five. */
 static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
-        const Config *cfg = c->sup->config;
+        const ContextHost *h = c->host;
         _cleanup_free_ uint16_t *taken = NULL;
         size_t n_taken = 0;
         uint16_t fresh[_CHANNEL_MAX];
@@ -747,15 +745,15 @@ static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
         char note[512] = "";
         int r;
 
-        r = supervisor_taken_ports(c->sup, c, &taken, &n_taken);
+        r = h->taken_ports(h->userdata, c, &taken, &n_taken);
         if (r < 0)
                 return r;
         if (!keep)
-                return ports_allocate(c->name, c->st.conn.ip, cfg->port_min, cfg->port_max, taken, n_taken,
+                return ports_allocate(c->name, c->st.conn.ip, h->port_min, h->port_max, taken, n_taken,
                                       c->st.conn.ports);
         for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
                 uint16_t port = c->st.conn.ports[ch];
-                bool in_range = port >= cfg->port_min && port <= cfg->port_max;
+                bool in_range = port >= h->port_min && port <= h->port_max;
                 if (in_range && port_is_free(c->st.conn.ip, port) != 0)
                         continue;
                 if (used == 0) {
@@ -766,8 +764,7 @@ static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
                         taken = t;
                         memcpy(taken + n_taken, c->st.conn.ports, sizeof c->st.conn.ports);
                         n_taken += _CHANNEL_MAX;
-                        r = ports_allocate(c->name, c->st.conn.ip, cfg->port_min, cfg->port_max, taken, n_taken,
-                                           fresh);
+                        r = ports_allocate(c->name, c->st.conn.ip, h->port_min, h->port_max, taken, n_taken, fresh);
                         if (r < 0)
                                 return r;
                 }
@@ -796,7 +793,7 @@ static int context_prepare_conn(Context *c, char **ret_note) {
                         return r;
         }
         c->st.conn.transport = c->cfg->transport;
-        r = connection_info_set_address(&c->st.conn, c->sup->config->runtime_dir, c->name);
+        r = connection_info_set_address(&c->st.conn, c->host->runtime_dir, c->name);
         if (r >= 0 && c->cfg->transport == TRANSPORT_TCP)
                 r = context_prepare_ports(c, had_tcp, ret_note);
         if (r < 0)
@@ -815,14 +812,13 @@ static int fail_path(char **ret_error, const char *what, const char *path, const
 }
 
 static int context_write_files(Context *c, char **ret_kernel_file, char **ret_error) {
-        const Config *cfg = c->sup->config;
         _cleanup_free_ char *dir = NULL, *kfile = NULL, *text = NULL, *reason = NULL;
         uid_t uid = c->user.change ? c->user.uid : (uid_t) -1;
         gid_t gid = c->user.change ? c->user.gid : (gid_t) -1;
         int r;
 
         /* The kernel's private copy: ipykernel rewrites the file it is given. */
-        if (asprintf(&dir, "%s/kernels/%s", cfg->runtime_dir, c->name) < 0 ||
+        if (asprintf(&dir, "%s/kernels/%s", c->host->runtime_dir, c->name) < 0 ||
             asprintf(&kfile, "%s/kernel.json", dir) < 0)
                 return -ENOMEM;
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
@@ -886,7 +882,7 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
 
         c->st.pid = pid;
         (void) proc_pid_starttime(pid, &c->st.pid_starttime);
-        memcpy(c->st.boot_id, c->sup->sstate.boot_id, sizeof c->st.boot_id);
+        snprintf(c->st.boot_id, sizeof c->st.boot_id, "%s", c->host->boot_id);
         c->st.started_at = now_usec(CLOCK_REALTIME);
         r = context_save(c);
         if (r < 0) {
@@ -924,20 +920,20 @@ static void context_launch(Context *c) {
                 char msg[256];
                 if (c->cfg->transport == TRANSPORT_IPC)
                         snprintf(msg, sizeof msg, "cannot set up the kernel's socket paths below %s: %s",
-                                 c->sup->config->runtime_dir, strerror(-r));
+                                 c->host->runtime_dir, strerror(-r));
                 else
-                        snprintf(msg, sizeof msg, "no free ports in port_range %u-%u: %s", c->sup->config->port_min,
-                                 c->sup->config->port_max, strerror(-r));
+                        snprintf(msg, sizeof msg, "no free ports in port_range %u-%u: %s", c->host->port_min,
+                                 c->host->port_max, strerror(-r));
                 return context_launch_failed(c, msg);
         }
         if (c->st.conn.transport == TRANSPORT_IPC) {
                 _cleanup_free_ char *failed = NULL;
-                r = ipc_dir_prepare(c->sup->config->runtime_dir, c->name, c->user.change ? c->user.uid : (uid_t) -1,
+                r = ipc_dir_prepare(c->host->runtime_dir, c->name, c->user.change ? c->user.uid : (uid_t) -1,
                                     c->user.change ? c->user.gid : (gid_t) -1, &failed);
                 if (r < 0) {
                         char msg[PATH_MAX + 128];
                         snprintf(msg, sizeof msg, "cannot prepare %s for the kernel's sockets: %s",
-                                 failed ?: c->sup->config->runtime_dir, strerror(-r));
+                                 failed ?: c->host->runtime_dir, strerror(-r));
                         return context_launch_failed(c, msg);
                 }
         }
@@ -995,7 +991,7 @@ static void context_launch(Context *c) {
         c->pending_error = TAKE_PTR(note);
 
         c->pid_poll = malloc(sizeof(uv_poll_t));
-        if (!c->pid_poll || uv_poll_init(c->sup->loop, c->pid_poll, c->pidfd) < 0) {
+        if (!c->pid_poll || uv_poll_init(c->host->loop, c->pid_poll, c->pidfd) < 0) {
                 free(c->pid_poll);
                 c->pid_poll = NULL;
                 (void) kill(-c->pid, SIGKILL);
@@ -1012,7 +1008,7 @@ static void context_launch(Context *c) {
         context_set_state(c, CONTEXT_STARTING);
 
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
         if (r < 0) {
                 log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
                 free(c->pending_error);
@@ -1041,7 +1037,7 @@ static void stop_timer_cb(uv_timer_t *t) {
 
         if (c->state != CONTEXT_STOPPING || c->pid <= 0)
                 return;
-        if (supervisor_clock_check(c->sup))
+        if (c->host->clock_check(c->host->userdata))
                 return;
         if (c->stop_phase == 0) {
                 char d[32];
@@ -1121,7 +1117,7 @@ void context_restart(Context *c) {
 
 /* ---- Lifetime ---- */
 
-int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **ret_warning) {
+int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning) {
         Context *c = calloc(1, sizeof *c);
         int r;
 
@@ -1129,7 +1125,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                 free(c);
                 return -ENOMEM;
         }
-        c->sup = s;
+        c->host = host;
         c->cfg = context_config_dup(cfg);
         if (!c->cfg) {
                 free(c->name);
@@ -1140,15 +1136,15 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         c->limits = (Limits){ .oom_fd = -1, .oom_efd = -1 };
         c->state = CONTEXT_STOPPED;
 
-        r = context_state_load(s->state_dirfd, c->name, &c->st);
+        r = context_state_load(host->state_dirfd, c->name, &c->st);
         c->conn_saved = r >= 0;
         if (r == -EBADMSG || r == -EFBIG) {
                 char from[300], to[320];
                 snprintf(from, sizeof from, "contexts/%s.json", c->name);
                 snprintf(to, sizeof to, "contexts/%s.json.corrupt", c->name);
-                (void) renameat(s->state_dirfd, from, s->state_dirfd, to);
+                (void) renameat(host->state_dirfd, from, host->state_dirfd, to);
                 if (asprintf(ret_warning, "%s/%s was corrupt; moved to %s and started afresh (new ports and key)",
-                             s->config->state_dir, from, to) < 0)
+                             host->state_dir, from, to) < 0)
                         *ret_warning = NULL;
                 c->st = (ContextState){ 0 };
         } else if (r < 0 && r != -ENOENT) {
@@ -1158,9 +1154,9 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                 return r;
         }
         /* Where the recorded kernel listens, for adoption; a launch sets it again for the configured transport. */
-        (void) connection_info_set_address(&c->st.conn, s->config->runtime_dir, c->name);
+        (void) connection_info_set_address(&c->st.conn, host->runtime_dir, c->name);
 
-        r = exec_queue_new(s->loop, &exec_hooks, c, &c->exec);
+        r = exec_queue_new(host->loop, &exec_hooks, c, &c->exec);
         if (r < 0) {
                 context_state_done(&c->st);
                 context_config_free(c->cfg);
@@ -1168,9 +1164,9 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
                 free(c);
                 return r;
         }
-        uv_timer_init(s->loop, &c->timer);
-        uv_timer_init(s->loop, &c->info_timer);
-        uv_timer_init(s->loop, &c->hb_timer);
+        uv_timer_init(host->loop, &c->timer);
+        uv_timer_init(host->loop, &c->info_timer);
+        uv_timer_init(host->loop, &c->hb_timer);
         c->timer.data = c->info_timer.data = c->hb_timer.data = c;
         *ret = c;
         return 0;
@@ -1197,7 +1193,7 @@ int context_adopt(Context *c, char **ret_reason) {
                 return 0;
         c->st.pid = 0;
         /* Another boot: that process died with it (a cold boot). */
-        if (!streq(c->st.boot_id, c->sup->sstate.boot_id))
+        if (!streq(c->st.boot_id, c->host->boot_id))
                 return 0;
         if (proc_pid_starttime(pid, &start) < 0)
                 return 0;
@@ -1240,7 +1236,7 @@ int context_adopt(Context *c, char **ret_reason) {
         c->user_resolved = true;
 
         c->pid_poll = malloc(sizeof(uv_poll_t));
-        if (!c->pid_poll || uv_poll_init(c->sup->loop, c->pid_poll, fd) < 0) {
+        if (!c->pid_poll || uv_poll_init(c->host->loop, c->pid_poll, fd) < 0) {
                 free(c->pid_poll);
                 c->pid_poll = NULL;
                 end_process(pid, fd);
@@ -1266,7 +1262,7 @@ int context_adopt(Context *c, char **ret_reason) {
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->sup->loop, c->sup->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
         if (r < 0) {
                 c->pending_error = strdup("cannot connect to the adopted kernel's ports");
                 (void) kill(-pid, SIGKILL);

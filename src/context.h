@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <uv.h>
 
 #include "config.h"
 #include "connfile.h"
@@ -13,14 +14,56 @@
 #include "policy.h"
 #include "state.h"
 
-typedef struct Supervisor Supervisor;
 typedef struct Context Context;
 
-/* Creates the context for cfg (borrowed: it must outlive the context or be
- * replaced with context_set_config), loading its persisted state. A corrupt
- * state file is moved aside and the context starts afresh (*ret_warning says
- * so). Does not start anything. */
-int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **ret_warning);
+/* What a context needs from its owner: the daemon-wide values it works with.
+ * Borrowed by every context given it: it, and the strings it points to, must
+ * outlive them. The owner may change port_min and port_max between calls (a
+ * reload); the rest stays as it was at the first context_new. */
+typedef struct ContextHost {
+        uv_loop_t *loop;
+        void *zmq;                   /* the one libzmq context, for the kernel connections */
+        int state_dirfd;             /* where contexts/NAME.json is kept */
+        const char *state_dir;       /* its path, for messages */
+        const char *runtime_dir;     /* below it: kernels/NAME/, and the ipc sockets' directory */
+        uint16_t port_min, port_max; /* port_range, for a tcp kernel's ports */
+        const char *boot_id;         /* this boot's: a recorded kernel of another boot is not adopted */
+
+        /* The callbacks, each given userdata. */
+        void *userdata;
+        /* Whether the loop was frozen since the last check. The context's
+         * deadline callbacks (start_timeout, heartbeat, stop escalation) ask
+         * before they act: after a freeze every timer fires at once. When it
+         * returns true it has called context_resumed() on every context,
+         * this one included (the one re-entry it may make). */
+        bool (*clock_check)(void *userdata);
+        /* c moved to another state (context_state). Runs from inside
+         * context_start, context_stop, context_restart, context_adopt and
+         * context_child_exited as well as from the loop. It may read c and
+         * call context_probe; it must not start, stop or restart c; once c
+         * is stopped it may context_free it (the memory goes after the loop
+         * runs the close callbacks, and c does nothing more on this path). */
+        void (*state_changed)(void *userdata, Context *c);
+        /* c's kernel answered a heartbeat ping (context_hb_answers went up).
+         * Runs from the loop; it may read c and call context_probe. */
+        void (*heartbeat)(void *userdata, Context *c);
+        /* c's state file could not be written, or could again
+         * (context_save_error changed). The owner is degraded while any is
+         * unsaved and calls context_save_retry. Runs from inside any
+         * context_* call that writes the state, context_save_retry included;
+         * it may read every context and must not call context_save_retry. */
+        void (*save_changed)(void *userdata, Context *c);
+        /* The tcp ports every other context holds (context_ports), so that a
+         * launch of except never takes them: *ret (newly allocated, owned by
+         * the caller) holds *ret_n ports. Runs from inside context_start,
+         * context_restart and the loop; it may only read contexts. */
+        int (*taken_ports)(void *userdata, const Context *except, uint16_t **ret, size_t *ret_n);
+} ContextHost;
+
+/* Creates the context for cfg (copied), loading its persisted state from
+ * host->state_dirfd. A corrupt state file is moved aside and the context
+ * starts afresh (*ret_warning says so). Does not start anything. */
+int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning);
 
 /* Adopts the kernel an earlier daemon of this boot left running: the
  * recorded pid alive with the recorded start time (a reused pid is never

@@ -12,11 +12,50 @@
 #include <zmq.h>
 
 #include "context.h"
+#include "control.h"
 #include "exec.h"
+#include "freeze.h"
 #include "log.h"
+#include "notify.h"
 #include "protocol.h"
+#include "state.h"
 #include "supervisor.h"
 #include "util.h"
+
+struct Supervisor {
+        uv_loop_t *loop;
+        void *zmq;      /* the one libzmq context */
+        Config *config; /* owned */
+        int state_dirfd;
+        SupervisorState sstate; /* generation, boot_id, pid, started_at */
+        bool pid1;              /* we are a container's init */
+        ContextHost host;       /* what every context is given */
+
+        Context **contexts; /* sorted by name, as config->contexts */
+        size_t n_contexts;
+        Context **retiring; /* removed by a reload, stopping; freed once stopped */
+        size_t n_retiring;
+        uv_timer_t retire_timer; /* frees stopped retiring contexts outside their callbacks */
+        uv_timer_t state_retry;  /* writes unsaved context state again while any is unsaved */
+        /* The directory defaults the config was loaded with, for reloads (owned copies). */
+        char *default_runtime_dir, *default_state_dir, *default_contexts_dir;
+
+        ControlServer *control;
+        Notify *notify;
+        int signal_fd; /* SIGTERM, SIGINT, SIGHUP, with their sender */
+        uv_poll_t signal_poll;
+        uv_signal_t sig_chld;
+        uv_timer_t shutdown_timer;
+        struct Waiter *waiters; /* control requests waiting for a state */
+
+        uv_timer_t tick;       /* samples the clocks to see freezes */
+        ClockSample clock;     /* the last sample */
+        unsigned resumes;      /* freezes seen since start */
+        usec_t last_resume_at; /* CLOCK_REALTIME, 0 when none */
+        bool ready_sent;
+        bool stopping;
+        int exit_code;
+};
 
 /* After the last kernel's stop_timeout, a shutdown that still waits is stuck:
  * this much later everything left is killed. */
@@ -60,7 +99,9 @@ static bool peer_sees(const ControlPeer *peer, const Context *c) {
         return peer->uid == 0 || peer->uid == getuid() || context_uid(c) == peer->uid;
 }
 
-int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n) {
+/* ContextHost.taken_ports. */
+static int supervisor_taken_ports(void *userdata, const Context *except, uint16_t **ret, size_t *ret_n) {
+        Supervisor *s = userdata;
         uint16_t *v = calloc(s->n_contexts * _CHANNEL_MAX + 1, sizeof(uint16_t));
         size_t n = 0;
 
@@ -305,7 +346,9 @@ static void waiters_check(Supervisor *s, Context *c) {
         }
 }
 
-void supervisor_context_heartbeat(Supervisor *s, Context *c) {
+/* ContextHost.heartbeat: a probe waiting for c is answered. */
+static void supervisor_context_heartbeat(void *userdata, Context *c) {
+        Supervisor *s = userdata;
         Waiter *w, *next;
 
         for (w = s->waiters; w; w = next) {
@@ -322,7 +365,10 @@ static void state_retry_cb(uv_timer_t *t) {
                 (void) context_save_retry(s->contexts[i]);
 }
 
-void supervisor_state_changed(Supervisor *s) {
+/* ContextHost.save_changed: the daemon is degraded while any context is unsaved (status, STATUS=), and
+ * retries on a timer. */
+static void supervisor_state_changed(void *userdata, Context *c) {
+        Supervisor *s = userdata;
         _cleanup_free_ char *degraded = NULL;
 
         if (s->state_retry.data) {
@@ -335,7 +381,10 @@ void supervisor_state_changed(Supervisor *s) {
         supervisor_update_status(s);
 }
 
-void supervisor_context_changed(Supervisor *s, Context *c) {
+/* ContextHost.state_changed. */
+static void supervisor_context_changed(void *userdata, Context *c) {
+        Supervisor *s = userdata;
+
         if (context_state(c) == CONTEXT_STOPPED)
                 for (size_t i = 0; i < s->n_retiring; i++)
                         if (s->retiring[i] == c)
@@ -459,7 +508,7 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                                 table[i] = c;
                                 continue;
                         }
-                        r = context_new(s, &new->contexts[i], &table[i], &warning);
+                        r = context_new(&s->host, &new->contexts[i], &table[i], &warning);
                         if (r < 0) {
                                 for (size_t k = 0; k < n_created; k++)
                                         context_free(created[k]);
@@ -507,8 +556,8 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                 free(s->contexts);
                 s->contexts = table;
                 s->n_contexts = new->n_contexts;
-                s->config->port_min = new->port_min;
-                s->config->port_max = new->port_max;
+                s->config->port_min = s->host.port_min = new->port_min;
+                s->config->port_max = s->host.port_max = new->port_max;
                 /* The directories stay as the daemon started with them (see not_applied). */
                 free(new->socket_path);
                 free(new->runtime_dir);
@@ -1120,7 +1169,10 @@ static const ControlMethod methods[] = {
 #define TICK_SLACK_USEC (1500 * USEC_PER_MSEC)
 #define FREEZE_THRESHOLD_USEC (2 * USEC_PER_SEC)
 
-bool supervisor_clock_check(Supervisor *s) {
+/* Samples the clocks; when a freeze happened since the last sample, records the resume, tells every context
+ * to re-arm its deadlines, and returns true (ContextHost.clock_check). */
+static bool supervisor_clock_check(void *userdata) {
+        Supervisor *s = userdata;
         ClockSample now;
         usec_t jump;
         char d[32];
@@ -1366,6 +1418,22 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         }
         /* Four sockets per kernel: libzmq's default of 1023 sockets would cap us near 250 contexts. */
         (void) zmq_ctx_set(s->zmq, ZMQ_MAX_SOCKETS, 65535);
+        s->host = (ContextHost){
+                .loop = loop,
+                .zmq = s->zmq,
+                .state_dirfd = s->state_dirfd,
+                .state_dir = config->state_dir,
+                .runtime_dir = config->runtime_dir,
+                .port_min = config->port_min,
+                .port_max = config->port_max,
+                .boot_id = s->sstate.boot_id,
+                .userdata = s,
+                .clock_check = supervisor_clock_check,
+                .state_changed = supervisor_context_changed,
+                .heartbeat = supervisor_context_heartbeat,
+                .save_changed = supervisor_state_changed,
+                .taken_ports = supervisor_taken_ports,
+        };
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
         if (!s->contexts) {
@@ -1374,7 +1442,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         }
         for (size_t i = 0; i < config->n_contexts; i++) {
                 _cleanup_free_ char *warning = NULL;
-                r = context_new(s, &config->contexts[i], &s->contexts[i], &warning);
+                r = context_new(&s->host, &config->contexts[i], &s->contexts[i], &warning);
                 if (r < 0) {
                         char path[4200];
                         snprintf(path, sizeof path, "%s/contexts/%s.json", config->state_dir, config->contexts[i].name);

@@ -2,51 +2,15 @@
  * READY/STATUS to the service manager, and a clean shutdown. */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
 #include "config.h"
-#include "control.h"
-#include "freeze.h"
-#include "notify.h"
-#include "state.h"
 
-typedef struct Context Context;
-
-typedef struct Supervisor {
-        uv_loop_t *loop;
-        void *zmq;                /* the one libzmq context */
-        Config *config;           /* owned */
-        int state_dirfd;
-        SupervisorState sstate;   /* generation, boot_id, pid, started_at */
-        bool pid1;                /* we are a container's init */
-
-        Context **contexts;       /* sorted by name, as config->contexts */
-        size_t n_contexts;
-        Context **retiring;       /* removed by a reload, stopping; freed once stopped */
-        size_t n_retiring;
-        uv_timer_t retire_timer;  /* frees stopped retiring contexts outside their callbacks */
-        uv_timer_t state_retry;   /* writes unsaved context state again while any is unsaved */
-        /* The directory defaults the config was loaded with, for reloads (owned copies). */
-        char *default_runtime_dir, *default_state_dir, *default_contexts_dir;
-
-        ControlServer *control;
-        Notify *notify;
-        int signal_fd;            /* SIGTERM, SIGINT, SIGHUP, with their sender */
-        uv_poll_t signal_poll;
-        uv_signal_t sig_chld;
-        uv_timer_t shutdown_timer;
-        struct Waiter *waiters;   /* control requests waiting for a state */
-
-        uv_timer_t tick;          /* samples the clocks to see freezes */
-        ClockSample clock;        /* the last sample */
-        unsigned resumes;         /* freezes seen since start */
-        usec_t last_resume_at;    /* CLOCK_REALTIME, 0 when none */
-        bool ready_sent;
-        bool stopping;
-        int exit_code;
-} Supervisor;
+/* The daemon's state: only supervisor.c sees inside. */
+typedef struct Supervisor Supervisor;
 
 /* Takes config. Opens the state dir, bumps the generation, creates the
  * runtime directories, ends leftover kernels and binds the control socket.
@@ -70,17 +34,3 @@ void supervisor_free(Supervisor *s);
 
 /* Blocks SIGTERM, SIGINT and SIGHUP for a signalfd; call first in main, before any thread starts. */
 int supervisor_block_signals(void);
-
-/* For context.c. */
-void supervisor_context_changed(Supervisor *s, Context *c);
-/* c's kernel answered a heartbeat ping. */
-void supervisor_context_heartbeat(Supervisor *s, Context *c);
-/* A context's state file could not be written, or could again: the daemon is
- * degraded while any is unsaved (status, STATUS=), and retries on a timer. */
-void supervisor_state_changed(Supervisor *s);
-/* Samples the clocks; when a freeze happened since the last sample, records
- * the resume, tells every context to re-arm its deadlines, and returns true.
- * Deadline callbacks call it before acting: after a freeze every timer fires. */
-bool supervisor_clock_check(Supervisor *s);
-/* Ports held by every context but except; *ret is newly allocated. */
-int supervisor_taken_ports(Supervisor *s, const Context *except, uint16_t **ret, size_t *ret_n);

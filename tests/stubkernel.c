@@ -3,9 +3,12 @@
  * kernel_info_request and execute_request on shell (publishing busy/idle on
  * iopub, as a real kernel does), and exits on shutdown_request. A few MiB
  * each instead of ipykernel's ~50.
- *   stubkernel -f CONNECTION_FILE */
+ *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f CONNECTION_FILE
+ * For the stop escalation and the restart policy, it can misbehave: exit at
+ * once with CODE, answer shutdown_request but keep running, ignore SIGTERM. */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 
 static const char *key;
 static const char *session = "stubkernel";
+static bool ignore_shutdown;
 
 /* Receives one multipart message: up to max frames (longer ones are cut). */
 static int recv_multipart(void *sock, zmq_msg_t *frames, int max) {
@@ -99,7 +103,7 @@ static int handle(void *sock, void *iopub, int *count) {
                 } else if (streq(type, "shutdown_request")) {
                         reply(sock, frames, ids, &req, "shutdown_reply", json_pack("{s:s, s:b}", "status", "ok",
                                                                                  "restart", 0));
-                        r = 1;
+                        r = !ignore_shutdown;
                 } else if (streq(type, "interrupt_request"))
                         reply(sock, frames, ids, &req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
                 publish_status(iopub, &req, "idle");
@@ -129,14 +133,30 @@ int main(int argc, char *argv[]) {
         _cleanup_free_ char *text = NULL;
         ConnectionInfo ci;
         void *ctx, *socks[_CHANNEL_MAX];
+        const char *file = NULL;
         int count = 0, done = 0;
 
-        if (argc != 3 || !streq(argv[1], "-f")) {
-                fprintf(stderr, "usage: stubkernel -f CONNECTION_FILE\n");
+        for (int i = 1; i < argc; i++) {
+                if (streq(argv[i], "--exit") && i + 1 < argc)
+                        return atoi(argv[++i]);
+                if (streq(argv[i], "--ignore-shutdown"))
+                        ignore_shutdown = true;
+                else if (streq(argv[i], "--ignore-term"))
+                        signal(SIGTERM, SIG_IGN);
+                else if (streq(argv[i], "-f") && i + 1 < argc)
+                        file = argv[++i];
+                else {
+                        fprintf(stderr, "usage: stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f "
+                                        "CONNECTION_FILE\n");
+                        return 2;
+                }
+        }
+        if (!file) {
+                fprintf(stderr, "stubkernel: -f CONNECTION_FILE is missing\n");
                 return 2;
         }
-        if (read_file(argv[2], 64 * 1024, &text, NULL) < 0 || connection_info_parse(text, &ci) < 0) {
-                fprintf(stderr, "stubkernel: cannot read %s\n", argv[2]);
+        if (read_file(file, 64 * 1024, &text, NULL) < 0 || connection_info_parse(text, &ci) < 0) {
+                fprintf(stderr, "stubkernel: cannot read %s\n", file);
                 return 1;
         }
         key = ci.key;

@@ -1,0 +1,479 @@
+/* Tests of one context's state machine through its ContextHost, with the stub
+ * kernel (tests/stubkernel) on a loop of its own: launch and ready, a killed
+ * kernel restarted after a backoff, a kernel that exits at once (the backoff
+ * doubling, failed after start_limit_burst, the cool-down), the stop
+ * escalation (shutdown_request; SIGTERM after shutdown_grace when the request
+ * is ignored; SIGKILL at stop_timeout when SIGTERM is too), a freeze reported
+ * by the host's clock_check, and the adoption of a kernel an earlier context
+ * left running. Durations are checked only from below: a uv timer never fires
+ * early, while a loaded machine may make it late. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "config.h"
+#include "context.h"
+#include "util.h"
+#include "tap.h"
+
+#define SAFETY_TIMEOUT_MS 60000
+#define MAX_EVENTS 256
+
+/* A state change the host saw, at the loop's time. */
+typedef struct Event {
+        const Context *c;
+        ContextStateKind state;
+        uint64_t at; /* uv_now, ms */
+} Event;
+
+/* The test's host: one loop, the contexts, what the callbacks saw. */
+typedef struct World {
+        uv_loop_t loop;
+        void *zmq;
+        uv_timer_t safety;
+        bool timed_out;
+        char dir[64];
+        char state_dir[128], runtime_dir[128];
+        int state_dirfd;
+        char boot_id[37];
+        ContextHost host;
+        Config *config;
+        Context *contexts[8];
+        size_t n_contexts;
+        Event events[MAX_EVENTS];
+        size_t n_events;
+        unsigned clock_checks;
+        unsigned freezes; /* clock_check reports this many more freezes */
+} World;
+
+static bool host_clock_check(void *userdata) {
+        World *w = userdata;
+
+        w->clock_checks++;
+        if (w->freezes == 0)
+                return false;
+        w->freezes--;
+        /* As the supervisor does: every context re-arms its deadlines before the caller returns. */
+        for (size_t i = 0; i < w->n_contexts; i++)
+                if (w->contexts[i])
+                        context_resumed(w->contexts[i]);
+        return true;
+}
+
+static void host_state_changed(void *userdata, Context *c) {
+        World *w = userdata;
+
+        if (w->n_events < MAX_EVENTS)
+                w->events[w->n_events++] = (Event){ c, context_state(c), uv_now(&w->loop) };
+}
+
+static void host_heartbeat(void *userdata, Context *c) {
+}
+
+static void host_save_changed(void *userdata, Context *c) {
+}
+
+static int host_taken_ports(void *userdata, const Context *except, uint16_t **ret, size_t *ret_n) {
+        *ret = calloc(1, sizeof(uint16_t));
+        *ret_n = 0;
+        return *ret ? 0 : -ENOMEM;
+}
+
+static void safety_cb(uv_timer_t *t) {
+        World *w = t->data;
+
+        w->timed_out = true;
+}
+
+/* Whether c entered state since event number since. */
+static bool entered_since(const World *w, const Context *c, ContextStateKind state, size_t since) {
+        for (size_t i = since; i < w->n_events; i++)
+                if (w->events[i].c == c && w->events[i].state == state)
+                        return true;
+        return false;
+}
+
+/* Runs the loop until c is in state want or passed through it (one turn of the loop may launch a kernel and
+ * see it exit): true, or false at the safety timeout. */
+static bool run_until(World *w, Context *c, ContextStateKind want) {
+        size_t since = w->n_events;
+
+        w->timed_out = false;
+        uv_timer_start(&w->safety, safety_cb, SAFETY_TIMEOUT_MS, 0);
+        while (context_state(c) != want && !entered_since(w, c, want, since) && !w->timed_out)
+                uv_run(&w->loop, UV_RUN_ONCE);
+        uv_timer_stop(&w->safety);
+        if (w->timed_out)
+                printf("# %s: still %s, not %s, after %d ms\n", context_name(c),
+                       context_state_to_string(context_state(c)), context_state_to_string(want), SAFETY_TIMEOUT_MS);
+        return !w->timed_out;
+}
+
+/* The loop time at which c last entered state, or -1. */
+static long long last_entered(const World *w, const Context *c, ContextStateKind state) {
+        for (size_t i = w->n_events; i > 0; i--)
+                if (w->events[i - 1].c == c && w->events[i - 1].state == state)
+                        return (long long) w->events[i - 1].at;
+        return -1;
+}
+
+/* The value of last_exit's key in c's status, as a string ("SIGTERM", "3"), or "null". */
+static char *last_exit_field(const Context *c, const char *key) {
+        json_t *j = context_to_json(c), *v = json_object_get(json_object_get(j, "last_exit"), key);
+        char *s = json_dumps(v, JSON_ENCODE_ANY);
+
+        json_decref(j);
+        if (s && s[0] == '"') {
+                memmove(s, s + 1, strlen(s));
+                s[strlen(s) - 1] = '\0';
+        }
+        return s;
+}
+
+static const char *stub_path(void) {
+        static char path[4096];
+        const char *b = getenv("KS_BUILDDIR");
+
+        snprintf(path, sizeof path, "%s/tests/stubkernel", b ?: ".");
+        return path;
+}
+
+static int write_config(World *w, char **ret_path) {
+        const char *stub = stub_path();
+        char *path = NULL;
+        FILE *f;
+
+        if (asprintf(&path, "%s/kernelsup.ini", w->dir) < 0)
+                return -ENOMEM;
+        f = fopen(path, "we");
+        if (!f) {
+                free(path);
+                return -errno;
+        }
+        fprintf(f,
+                "[defaults]\n"
+                "argv = %s -f {kernel_file}\n"
+                "autostart = no\n"
+                "backoff_min = 100ms\n"
+                "backoff_max = 10s\n"
+                "stop_timeout = 30s\n"
+                "shutdown_grace = 30s\n"
+                "[context:ready]\n"
+                "[context:crash]\n"
+                "argv = %s --exit 3 -f {kernel_file}\n"
+                "start_limit_burst = 4\n"
+                "start_limit_interval = 60s\n"
+                "failed_cooldown = 1s\n"
+                "[context:noshutdown]\n"
+                "argv = %s --ignore-shutdown -f {kernel_file}\n"
+                "shutdown_grace = 300ms\n"
+                "[context:noterm]\n"
+                "argv = %s --ignore-shutdown --ignore-term -f {kernel_file}\n"
+                "shutdown_grace = 200ms\n"
+                "stop_timeout = 1s\n",
+                stub, stub, stub, stub);
+        if (fclose(f) != 0) {
+                free(path);
+                return -EIO;
+        }
+        *ret_path = path;
+        return 0;
+}
+
+static int world_init(World *w) {
+        _cleanup_free_ char *path = NULL, *err = NULL, *sub = NULL;
+        int r;
+
+        *w = (World){ .state_dirfd = -1 };
+        snprintf(w->dir, sizeof w->dir, "/tmp/test-context-XXXXXX");
+        if (!mkdtemp(w->dir))
+                return -errno;
+        snprintf(w->state_dir, sizeof w->state_dir, "%s/state", w->dir);
+        snprintf(w->runtime_dir, sizeof w->runtime_dir, "%s/run", w->dir);
+        const char *dirs[] = { w->state_dir, w->runtime_dir, "kernels", "connections" };
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+                free(sub);
+                if (asprintf(&sub, "%s%s%s", i < 2 ? "" : w->runtime_dir, i < 2 ? "" : "/", dirs[i]) < 0)
+                        return -ENOMEM;
+                if (mkdir(sub, 0755) < 0)
+                        return -errno;
+        }
+        w->state_dirfd = open(w->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (w->state_dirfd < 0)
+                return -errno;
+        r = write_config(w, &path);
+        if (r < 0)
+                return r;
+        ConfigDefaults d = { .runtime_dir = w->runtime_dir,
+                             .state_dir = w->state_dir,
+                             .contexts_dir = "/nonexistent/contexts.d" };
+        r = config_load(path, &d, &w->config, &err);
+        if (r < 0) {
+                printf("# %s\n", err ?: strerror(-r));
+                return r;
+        }
+        uuid_random(w->boot_id);
+        if (uv_loop_init(&w->loop) < 0)
+                return -ENOMEM;
+        uv_timer_init(&w->loop, &w->safety);
+        w->safety.data = w;
+        w->zmq = zmq_ctx_new();
+        if (!w->zmq)
+                return -errno;
+        w->host = (ContextHost){
+                .loop = &w->loop,
+                .zmq = w->zmq,
+                .state_dirfd = w->state_dirfd,
+                .state_dir = w->state_dir,
+                .runtime_dir = w->runtime_dir,
+                .port_min = w->config->port_min,
+                .port_max = w->config->port_max,
+                .boot_id = w->boot_id,
+                .userdata = w,
+                .clock_check = host_clock_check,
+                .state_changed = host_state_changed,
+                .heartbeat = host_heartbeat,
+                .save_changed = host_save_changed,
+                .taken_ports = host_taken_ports,
+        };
+        return 0;
+}
+
+static Context *world_context(World *w, const char *name) {
+        _cleanup_free_ char *warning = NULL;
+        const ContextConfig *cc = config_find_context(w->config, name);
+        Context *c = NULL;
+
+        if (!cc || context_new(&w->host, cc, &c, &warning) < 0 || w->n_contexts == ELEMENTSOF(w->contexts))
+                return NULL;
+        w->contexts[w->n_contexts++] = c;
+        return c;
+}
+
+/* Frees c without stopping it, as a daemon that exits (or crashes) leaves its kernel. */
+static void world_drop(World *w, Context *c) {
+        for (size_t i = 0; i < w->n_contexts; i++)
+                if (w->contexts[i] == c)
+                        w->contexts[i] = NULL;
+        context_free(c);
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        (void) remove(path);
+        return 0;
+}
+
+static void world_done(World *w) {
+        for (size_t i = 0; i < w->n_contexts; i++)
+                context_free(w->contexts[i]);
+        uv_close((uv_handle_t *) &w->safety, NULL);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+        is_int(uv_loop_close(&w->loop), 0, "teardown: every handle is closed (uv_loop_close)");
+        zmq_ctx_term(w->zmq);
+        config_free(w->config);
+        close(w->state_dirfd);
+        (void) nftw(w->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- The tests ---- */
+
+/* Launch → ready; a killed kernel → backoff → a new kernel; stop with shutdown_request. */
+static void test_ready_exit_stop(World *w) {
+        Context *c = world_context(w, "ready");
+        json_t *j;
+        pid_t pid;
+
+        if (!ok(c != NULL, "ready: context created"))
+                return;
+        is_int(context_state(c), CONTEXT_STOPPED, "ready: a new context is stopped");
+        context_start(c);
+        is_int(context_state(c), CONTEXT_STARTING, "ready: context_start launches at once (starting)");
+        ok(context_pid(c) > 0, "ready: a process is running");
+        ok(run_until(w, c, CONTEXT_READY), "ready: the stub kernel becomes ready");
+        j = context_to_json(c);
+        is_int(json_integer_value(json_object_get(j, "incarnation")), 1, "ready: incarnation 1");
+        ok(json_string_value(json_object_get(j, "kernel_id")) != NULL, "ready: it has a kernel_id");
+        json_decref(j);
+        ok(faccessat(w->state_dirfd, "contexts/ready.json", F_OK, 0) == 0, "ready: its state is on disk");
+
+        pid = context_pid(c);
+        (void) kill(pid, SIGKILL);
+        ok(run_until(w, c, CONTEXT_BACKOFF), "exit: a killed kernel puts the context in backoff");
+        _cleanup_free_ char *sig = last_exit_field(c, "signal");
+        is_str(sig, "SIGKILL", "exit: last_exit names SIGKILL");
+        is_int(context_pid(c), 0, "exit: no process while in backoff");
+        ok(run_until(w, c, CONTEXT_READY), "exit: after the backoff a new kernel is ready");
+        ok(context_pid(c) > 0 && context_pid(c) != pid, "exit: the new kernel is another process");
+        j = context_to_json(c);
+        is_int(json_integer_value(json_object_get(j, "incarnation")), 2, "exit: incarnation 2");
+        is_int(json_integer_value(json_object_get(j, "restarts")), 1, "exit: restarts 1");
+        json_decref(j);
+
+        context_stop(c);
+        is_int(context_state(c), CONTEXT_STOPPING, "stop: stopping at once");
+        ok(run_until(w, c, CONTEXT_STOPPED), "stop: the kernel stops");
+        _cleanup_free_ char *code = last_exit_field(c, "code");
+        is_str(code, "0", "stop: it exited by itself (code 0): shutdown_request was enough");
+}
+
+/* A kernel that exits at once: backoff delays that double, failed at start_limit_burst, launched again after
+ * failed_cooldown. */
+static void test_backoff_failed(World *w) {
+        Context *c = world_context(w, "crash");
+        long long backoff_at[8], start_at[8];
+        unsigned n_backoff = 0, n_start = 0;
+        size_t first = w->n_events;
+
+        if (!ok(c != NULL, "crash: context created"))
+                return;
+        context_start(c);
+        ok(run_until(w, c, CONTEXT_FAILED), "crash: a kernel that always exits makes the context failed");
+        for (size_t i = first; i < w->n_events; i++) {
+                if (w->events[i].c != c)
+                        continue;
+                if (w->events[i].state == CONTEXT_BACKOFF && n_backoff < ELEMENTSOF(backoff_at))
+                        backoff_at[n_backoff++] = (long long) w->events[i].at;
+                if (w->events[i].state == CONTEXT_STARTING && n_start < ELEMENTSOF(start_at))
+                        start_at[n_start++] = (long long) w->events[i].at;
+        }
+        is_int(n_start, 4, "crash: failed after exactly start_limit_burst (4) launches");
+        is_int(n_backoff, 3, "crash: a backoff between each two launches");
+        _cleanup_free_ char *code = last_exit_field(c, "code");
+        is_str(code, "3", "crash: last_exit has its exit code");
+        /* backoff_delay(attempt n) lies in [min * 2^n / 2, min * 2^n): 50, 100, 200 ms at least. */
+        for (unsigned i = 0; i < n_backoff && i + 1 < n_start; i++) {
+                long long waited = start_at[i + 1] - backoff_at[i], floor_ms = 50LL << i;
+                ok(waited >= floor_ms, "crash: backoff %u lasted at least %lld ms (%lld)", i + 1, floor_ms, waited);
+        }
+
+        long long failed_at = last_entered(w, c, CONTEXT_FAILED);
+        ok(run_until(w, c, CONTEXT_STARTING), "cool-down: a failed context is launched again");
+        ok(last_entered(w, c, CONTEXT_STARTING) - failed_at >= 1000, "cool-down: not before failed_cooldown (1 s)");
+        ok(run_until(w, c, CONTEXT_BACKOFF), "cool-down: the start limit starts afresh (backoff, not failed)");
+        context_stop(c);
+        is_int(context_state(c), CONTEXT_STOPPED, "crash: stop during backoff is at once");
+}
+
+/* Stop escalation: SIGTERM after shutdown_grace when shutdown_request is ignored. */
+static void test_stop_sigterm(World *w) {
+        Context *c = world_context(w, "noshutdown");
+        long long t0;
+
+        if (!ok(c != NULL, "noshutdown: context created"))
+                return;
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "noshutdown: ready"))
+                return;
+        t0 = (long long) uv_now(&w->loop);
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "noshutdown: stopped although it ignores shutdown_request");
+        _cleanup_free_ char *sig = last_exit_field(c, "signal");
+        is_str(sig, "SIGTERM", "noshutdown: ended by SIGTERM (stop_timeout is 30 s, shutdown_grace 300 ms)");
+        ok(last_entered(w, c, CONTEXT_STOPPED) - t0 >= 300, "noshutdown: not before shutdown_grace");
+
+        /* A freeze seen at the grace's end re-arms it: SIGTERM only a full grace later. */
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "freeze: ready again"))
+                return;
+        w->freezes = 1;
+        unsigned checks = w->clock_checks;
+        t0 = (long long) uv_now(&w->loop);
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "freeze: stopped");
+        ok(w->freezes == 0 && w->clock_checks >= checks + 2,
+           "freeze: the stop timer asked clock_check, and asked again after the re-armed grace");
+        ok(last_entered(w, c, CONTEXT_STOPPED) - t0 >= 600, "freeze: SIGTERM came a second grace later");
+        _cleanup_free_ char *sig2 = last_exit_field(c, "signal");
+        is_str(sig2, "SIGTERM", "freeze: ended by SIGTERM");
+}
+
+/* Stop escalation: SIGKILL at stop_timeout when SIGTERM is ignored too. */
+static void test_stop_sigkill(World *w) {
+        Context *c = world_context(w, "noterm");
+        long long t0;
+
+        if (!ok(c != NULL, "noterm: context created"))
+                return;
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "noterm: ready"))
+                return;
+        t0 = (long long) uv_now(&w->loop);
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "noterm: stopped although it ignores shutdown_request and SIGTERM");
+        _cleanup_free_ char *sig = last_exit_field(c, "signal");
+        is_str(sig, "SIGKILL", "noterm: ended by SIGKILL");
+        ok(last_entered(w, c, CONTEXT_STOPPED) - t0 >= 1000, "noterm: not before stop_timeout (1 s)");
+}
+
+/* Leaves no kernel behind when a point of test_adopt failed (no context watches it then). */
+static void end_kernel(pid_t pid) {
+        if (kill(pid, 0) < 0)
+                return;
+        (void) kill(-pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+}
+
+/* Adoption: a context made anew over the state of one that left its kernel running takes that kernel. */
+static void test_adopt(World *w) {
+        Context *a = world_context(w, "ready"), *b;
+        _cleanup_free_ char *reason = NULL, *kid = NULL;
+        long long inc;
+        pid_t pid;
+        json_t *j;
+
+        if (!ok(a != NULL, "adopt: first context created"))
+                return;
+        context_start(a);
+        if (!ok(run_until(w, a, CONTEXT_READY), "adopt: its kernel is ready"))
+                return;
+        pid = context_pid(a);
+        j = context_to_json(a);
+        kid = strdup(json_string_value(json_object_get(j, "kernel_id")));
+        inc = json_integer_value(json_object_get(j, "incarnation"));
+        json_decref(j);
+        world_drop(w, a);
+        ok(kill(pid, 0) == 0, "adopt: freeing the context left its kernel running");
+
+        b = world_context(w, "ready");
+        if (!ok(b != NULL, "adopt: second context created over the same state"))
+                return end_kernel(pid);
+        is_int(context_adopt(b, &reason), 1, "adopt: context_adopt adopts it");
+        is_int(context_pid(b), pid, "adopt: the same process");
+        ok(run_until(w, b, CONTEXT_READY), "adopt: the adopted kernel answers and is ready");
+        j = context_to_json(b);
+        is_str(json_string_value(json_object_get(j, "kernel_id")), kid, "adopt: it keeps its kernel_id");
+        is_int(json_integer_value(json_object_get(j, "incarnation")), inc, "adopt: it keeps its incarnation");
+        json_decref(j);
+        context_stop(b);
+        ok(run_until(w, b, CONTEXT_STOPPED), "adopt: the adopted kernel stops");
+        if (!ok(kill(pid, 0) < 0, "adopt: its process is gone"))
+                end_kernel(pid);
+}
+
+int main(void) {
+        World w;
+        int r;
+
+        if (access(stub_path(), X_OK) < 0)
+                skip_all("tests/stubkernel is not built (make tests/stubkernel)");
+        r = world_init(&w);
+        if (r < 0) {
+                printf("Bail out! cannot set up the test's directories and loop: %s\n", strerror(-r));
+                return 1;
+        }
+        test_ready_exit_stop(&w);
+        test_backoff_failed(&w);
+        test_stop_sigterm(&w);
+        test_stop_sigkill(&w);
+        test_adopt(&w);
+        world_done(&w);
+        return tap_done();
+}
