@@ -58,6 +58,7 @@ struct Context {
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         Limits limits;          /* where the kernel's limits come from, its OOM counter */
+        SpawnPending release;   /* the forked kernel waiting for its scope before exec; gofd -1 when none */
         char *pending_error;    /* why the current launch failed, set before its exit */
         char *save_error;       /* why st is not on disk (the last save failed); NULL when it is */
         bool conn_saved;        /* st's ports and key are on disk as they are now */
@@ -594,6 +595,7 @@ static void context_handle_exit(Context *c) {
                 c->st.last_exit.oom = true;
         context_end_group(c);
         limits_release(&c->limits);
+        spawn_pending_drop(&c->release);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
 
@@ -860,9 +862,25 @@ static int context_persist_identity(Context *c) {
         return r;
 }
 
+/* The limits are in place (systemd answered for the scope, or did not in time): the kernel may exec.
+ * Its exec failing is an exit like any other, with the step as its error. */
+static void context_limits_done(Limits *l, void *userdata) {
+        Context *c = userdata;
+        char *err = NULL;
+
+        if (limits_wanted(c->cfg) && l->note)
+                log_warning("%s: %s", c->name, l->note);
+        if (spawn_release(&c->release, &err) < 0 && err) {
+                free(c->pending_error);
+                c->pending_error = err;
+        } else
+                free(err);
+}
+
 /* The forked kernel waits before exec. Its pid goes to disk first, so that a kernel that runs can always
  * be adopted by the next daemon (none is ever orphaned); when that write fails it never execs. Then it
- * is put under its limits, in a cgroup of its own where the system allows. */
+ * is put under its limits, in a cgroup of its own where the system allows; while systemd has not
+ * answered for a scope, it goes on waiting (SPAWN_DEFER), and context_limits_done() releases it. */
 static int context_place(pid_t pid, void *userdata, char **ret_error) {
         Context *c = userdata;
         int r;
@@ -878,8 +896,9 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
                         *ret_error = NULL;
                 return r;
         }
-        (void) limits_apply(c->cfg, c->name, pid, &c->limits);
-        return 0;
+        return limits_apply_async(c->sup->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
+                       ? SPAWN_DEFER
+                       : 0;
 }
 
 static void context_launch(Context *c) {
@@ -960,6 +979,7 @@ static void context_launch(Context *c) {
                 .stdout_fd = outfd,
                 .prepare = context_place,
                 .userdata = c,
+                .pending = &c->release,
         };
         limits_release(&c->limits);
         free(err);
@@ -972,7 +992,7 @@ static void context_launch(Context *c) {
                 return context_launch_failed(c, err ?: strerror(-r));
         }
 
-        if (limits_wanted(c->cfg) && c->limits.note)
+        if (limits_wanted(c->cfg) && c->limits.note && !c->limits.scope)
                 log_warning("%s: %s", c->name, c->limits.note);
         /* The note about moved ports stays as last_error once the kernel is ready. */
         c->pending_error = TAKE_PTR(note);
@@ -1120,6 +1140,7 @@ int context_new(Supervisor *s, const ContextConfig *cfg, Context **ret, char **r
         }
         c->pidfd = -1;
         c->limits = (Limits){ .oom_fd = -1, .oom_efd = -1 };
+        c->release = (SpawnPending){ .gofd = -1, .errfd = -1 };
         c->state = CONTEXT_STOPPED;
 
         r = context_state_load(s->state_dirfd, c->name, &c->st);
@@ -1267,6 +1288,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
         context_state_done(&c->st);
         spawn_user_done(&c->user);
         limits_release(&c->limits);
+        spawn_pending_drop(&c->release);
         context_config_free(c->cfg);
         free(c->pending_error);
         free(c->save_error);

@@ -2,7 +2,7 @@
  * place while the forked kernel waits before exec, and verified: a limit
  * counts only when the kernel's own cgroup shows it. In order:
  *   1. systemd: a transient scope per kernel (StartTransientUnit over sd-bus,
- *      as `systemd-run --scope` does);
+ *      as `systemd-run --scope` does), asked for without the loop waiting;
  *   2. without systemd (or when its limits are not enforced), as root: a
  *      sub-cgroup of the daemon's own (v1 memory/cpu/pids, or v2);
  *   3. else for memory: RLIMIT_AS, a soft cap (address space, not RSS).
@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <uv.h>
 
 #include "config.h"
 
@@ -37,6 +38,8 @@ typedef enum GroupKill {
         GROUP_KILL_PROCS,  /* SIGKILL what cgroup.procs lists until it is empty */
 } GroupKill;
 
+typedef struct ScopeRequest ScopeRequest;
+
 typedef struct Limits {
         LimitsMechanism mechanism;
         bool memory, cpu, tasks; /* verified in place */
@@ -52,15 +55,25 @@ typedef struct Limits {
         uint64_t oom_base;       /* the count at launch */
         bool oom_known;
         char *note;              /* why a limit is not enforced */
+        ScopeRequest *scope;     /* while systemd has not yet answered for the scope */
 } Limits;
 
 bool limits_wanted(const ContextConfig *cc);
 
+/* Called on the loop once the limits of limits_apply_async() are in place (or known not to be). */
+typedef void (*LimitsDone)(Limits *l, void *userdata);
+
 /* Places pid (forked, not yet exec'd) under cc's limits, in a scope or cgroup
  * named kernelsup-NAME-PID: the kernel's pid keeps it apart from any other
- * daemon's kernels in the same cgroup or under the same systemd. Never fails
- * the launch: what could not be enforced is said in ret->note. */
-int limits_apply(const ContextConfig *cc, const char *name, pid_t pid, Limits *ret);
+ * daemon's kernels in the same cgroup or under the same systemd. Fills *ret
+ * (which must stay where it is until done) and returns 0 when all is in
+ * place already; returns 1 when systemd was asked for a scope: done(ret,
+ * userdata) follows from the loop, never from within this call, once systemd
+ * answered and the start job ended, or after 10 s, the fallbacks applied.
+ * limits_release() before that cancels it (done is then never called). Never
+ * fails the launch: what could not be enforced is said in ret->note. */
+int limits_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
+                       LimitsDone done, void *userdata);
 
 /* For an adopted kernel: what its cgroups show now, without changing them. */
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
@@ -75,7 +88,7 @@ bool limits_oom_killed(const Limits *l);
  * many processes it ended (0: none), -ETIMEDOUT when some were still there. */
 int limits_end_group(const Limits *l, const char *tag, usec_t timeout);
 
-/* After the kernel has exited: removes the sub-cgroups we made, frees. */
+/* After the kernel has exited: removes the sub-cgroups we made, drops a pending scope request, frees. */
 void limits_release(Limits *l);
 
 /* {"mechanism": "systemd-scope"|"cgroup"|"rlimit"|"none", "memory_max": N|null, "cpu_quota": "50%"|null,
