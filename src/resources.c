@@ -45,36 +45,6 @@ _printf_(2, 3) static void note_set(Limits *l, const char *fmt, ...) {
         va_end(ap);
 }
 
-/* The cgroup path of pid for a v1 controller ("memory", "pids", "cpu", "name=systemd"), or the v2 path
- * (controller NULL), from the "ID:CONTROLLERS:PATH" lines of /proc/PID/cgroup. */
-static char *pid_cgroup(pid_t pid, const char *controller) {
-        _cleanup_free_ char *text = NULL;
-        char proc[64], *save = NULL;
-
-        snprintf(proc, sizeof proc, "/proc/%d/cgroup", (int) pid);
-        if (read_file(proc, 64 * 1024, &text, NULL) < 0)
-                return NULL;
-        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2)
-                        continue;
-                *c1 = *c2 = '\0';
-                if (!controller) {
-                        if (streq(line, "0") && c1 + 1 == c2)
-                                return strdup(c2 + 1);
-                        continue;
-                }
-                /* Controllers are listed comma-separated: "cpu,cpuacct". */
-                for (char *p = c1 + 1; p < c2;) {
-                        size_t n = strcspn(p, ",");
-                        if (n == strlen(controller) && strncmp(p, controller, n) == 0)
-                                return strdup(c2 + 1);
-                        p += n + 1;
-                }
-        }
-        return NULL;
-}
-
 static bool is_fs(const char *path, unsigned long magic) {
         struct statfs sf;
 
@@ -128,13 +98,13 @@ static int write_str(const char *path, const char *value) {
 
 /* Whether pid's own cgroups show each wanted limit. */
 static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
-        _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
+        _cleanup_free_ char *v2 = cgroup_pid_path(pid, NULL);
         char path[4200];
         uint64_t v;
 
         l->memory = l->cpu = l->tasks = false;
         if (cc->memory_max) {
-                _cleanup_free_ char *m = pid_cgroup(pid, "memory");
+                _cleanup_free_ char *m = cgroup_pid_path(pid, "memory");
                 const char *mnt = v1_mount("memory");
                 /* v1 rounds the limit down to whole pages. */
                 if (m && mnt && (snprintf(path, sizeof path, "%s%s/memory.limit_in_bytes", mnt, m), true) &&
@@ -145,7 +115,7 @@ static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
                         l->memory = true;
         }
         if (cc->tasks_max) {
-                _cleanup_free_ char *m = pid_cgroup(pid, "pids");
+                _cleanup_free_ char *m = cgroup_pid_path(pid, "pids");
                 const char *mnt = v1_mount("pids");
                 if (m && mnt && (snprintf(path, sizeof path, "%s%s/pids.max", mnt, m), true) &&
                     read_u64(path, &v) >= 0 && v == cc->tasks_max)
@@ -155,7 +125,7 @@ static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
                         l->tasks = true;
         }
         if (cc->cpu_quota) {
-                _cleanup_free_ char *m = pid_cgroup(pid, "cpu");
+                _cleanup_free_ char *m = cgroup_pid_path(pid, "cpu");
                 const char *mnt = v1_mount("cpu");
                 _cleanup_free_ char *s = NULL;
                 if (m && mnt && (snprintf(path, sizeof path, "%s%s/cpu.cfs_quota_us", mnt, m), true) &&
@@ -476,7 +446,7 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
         for (size_t i = 0; i < ELEMENTSOF(v1); i++) {
                 _cleanup_free_ char *own = NULL;
                 if (!v1[i].want || !(mnt = v1_mount(v1[i].controller)) ||
-                    !(own = pid_cgroup(getpid(), v1[i].controller)))
+                    !(own = cgroup_pid_path(getpid(), v1[i].controller)))
                         continue;
                 r = cgroup_place(mnt, own, name, v1[i].files, v1[i].n, pid, &l->dirs[n_dirs]);
                 if (r >= 0) {
@@ -486,7 +456,7 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
         }
         if (placed == 0 && v2_root()) {
                 /* cgroup v2: one directory, the controllers must be enabled below our own cgroup. */
-                _cleanup_free_ char *own = pid_cgroup(getpid(), NULL);
+                _cleanup_free_ char *own = cgroup_pid_path(getpid(), NULL);
                 const char *files[3][2];
                 size_t n = 0;
                 if (cc->memory_max)
@@ -562,10 +532,10 @@ static void group_set(Limits *l, char *dir, GroupKill kill) {
         l->kill = dir ? kill : GROUP_KILL_NONE;
 }
 
-/* Whether pid's cgroup in the hierarchy at mnt (controller as pid_cgroup() takes it) is its own; then
+/* Whether pid's cgroup in the hierarchy at mnt (controller as cgroup_pid_path() takes it) is its own; then
  * that is l->group. */
 static bool group_try(pid_t pid, const char *mnt, const char *controller, GroupKill kill, Limits *l) {
-        _cleanup_free_ char *path = mnt ? pid_cgroup(pid, controller) : NULL;
+        _cleanup_free_ char *path = mnt ? cgroup_pid_path(pid, controller) : NULL;
 
         if (!path || !own_group(path, pid))
                 return false;
@@ -604,7 +574,7 @@ static void group_place(const char *name, pid_t pid, Limits *l) {
                 return;
         for (size_t i = 0; i < ELEMENTSOF(tries); i++) {
                 const char *mnt = tries[i].v2 ? v2_mount() : v1_mount("freezer");
-                _cleanup_free_ char *own = mnt ? pid_cgroup(getpid(), tries[i].v2 ? NULL : "freezer") : NULL;
+                _cleanup_free_ char *own = mnt ? cgroup_pid_path(getpid(), tries[i].v2 ? NULL : "freezer") : NULL;
                 char *dir = NULL;
 
                 if (own && cgroup_place(mnt, own, name, NULL, 0, pid, &dir) >= 0) {
@@ -1029,13 +999,13 @@ static size_t adopt_dirs(pid_t pid, Limits *l) {
         size_t n = 0;
 
         for (size_t i = 0; i < ELEMENTSOF(controllers) && n < ELEMENTSOF(l->dirs); i++) {
-                _cleanup_free_ char *path = pid_cgroup(pid, controllers[i]);
+                _cleanup_free_ char *path = cgroup_pid_path(pid, controllers[i]);
                 const char *mnt = v1_mount(controllers[i]);
                 if (path && mnt && our_dir(path, pid))
                         l->dirs[n++] = concat(mnt, path);
         }
         if (n == 0 && v2_root()) {
-                _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
+                _cleanup_free_ char *v2 = cgroup_pid_path(pid, NULL);
                 if (v2 && our_dir(v2, pid))
                         l->dirs[n++] = concat(CGROUP_ROOT, v2);
         }
@@ -1044,7 +1014,7 @@ static size_t adopt_dirs(pid_t pid, Limits *l) {
 
 void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
-        _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL);
+        _cleanup_free_ char *sd = cgroup_pid_path(pid, "name=systemd"), *v2 = cgroup_pid_path(pid, NULL);
         const char *where = sd ?: v2;
 
         if (limits_wanted(cc)) {

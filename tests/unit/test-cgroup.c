@@ -107,6 +107,31 @@ int main(void) {
         ok(r == 0 || r == -ENOENT, "own cgroup: a count or -ENOENT (got %d)", r);
         is_int(cgroup_oom_kills(0x7ffffff0, &v), -ENOENT, "no such process: -ENOENT");
 
+        /* Where a process sits: the v2 line, a v1 controller among several, a named hierarchy. */
+        static const char text[] = "12:pids:/p\n11:cpu,cpuacct:/c\n1:name=systemd:/s\n0::/v2/k\n";
+        char *q = cgroup_proc_path(text, NULL);
+        is_str(q, "/v2/k", "the v2 path comes from the 0:: line");
+        free(q);
+        q = cgroup_proc_path(text, "cpu");
+        is_str(q, "/c", "cpu found in cpu,cpuacct");
+        free(q);
+        q = cgroup_proc_path(text, "cpuacct");
+        is_str(q, "/c", "cpuacct found in cpu,cpuacct");
+        free(q);
+        q = cgroup_proc_path(text, "name=systemd");
+        is_str(q, "/s", "the name=systemd hierarchy");
+        free(q);
+        ok(!cgroup_proc_path(text, "cp"), "a prefix of a controller is not the controller");
+        ok(!cgroup_proc_path("12:pids:/p\n", NULL), "no 0:: line: no v2 path");
+        ok(!cgroup_proc_path("5::/x\n", NULL), "an empty controller list under another id is not v2");
+        q = cgroup_proc_path("0::/last", NULL);
+        is_str(q, "/last", "a last line without newline");
+        free(q);
+        q = cgroup_pid_path(getpid(), NULL);
+        _cleanup_free_ char *q1 = cgroup_pid_path(getpid(), "memory");
+        ok(q || q1, "this process has a v2 path or a v1 memory path");
+        free(q);
+
         test_oom_killed();
         return tap_done();
 }
