@@ -480,6 +480,24 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
 
 /* JSON strings must be UTF-8. A text that is not (a path, a kernel's output) is kept with its non-ASCII bytes
  * replaced rather than lost. */
+char *json_dump_line(const json_t *j, size_t flags) {
+        _cleanup_free_ char *s = json_dumps(j, flags);
+        char *t;
+        size_t n;
+
+        if (!s)
+                return NULL;
+        n = strlen(s);
+        t = malloc(n + 2);
+        if (t) {
+                memcpy(t, s, n);
+                t[n] = '\n';
+                t[n + 1] = '\0';
+        }
+        explicit_bzero(s, n);
+        return t;
+}
+
 json_t *json_string_lossy(const char *s) {
         _cleanup_free_ char *copy = NULL;
         json_t *v;

@@ -80,6 +80,10 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size);
 /* A JSON string of s; text that is not UTF-8 has its non-ASCII bytes replaced by '?'. NULL on out of memory. */
 json_t *json_string_lossy(const char *s);
 
+/* json_dumps(j, flags) with a trailing newline, as text files and protocol lines end (jansson adds none).
+ * The intermediate text is wiped: it may hold a connection key. Newly allocated; NULL on out of memory. */
+char *json_dump_line(const json_t *j, size_t flags);
+
 /* Splits "dir/name" into a newly allocated dir (or ".") and a pointer to the name. */
 int path_split(const char *path, char **ret_dir, const char **ret_name);
 /* The absolute path with empty components, "." and ".." resolved by their text alone, without looking at the
