@@ -263,23 +263,11 @@ static bool env_name_valid(const char *s, size_t n) {
         return true;
 }
 
-/* Sets "K=V" in *env: a variable already there is replaced in place, so the first place it was set keeps the
- * order; a new one is appended. */
+/* Sets "K=V" in *env, a copy of kv (see strv_env_set()). */
 static int env_set(char ***env, const char *kv) {
-        size_t klen = strcspn(kv, "="), n = 0;
-        char *s;
+        size_t n = strv_length(*env);
 
-        for (; *env && (*env)[n]; n++) {
-                if (strncmp((*env)[n], kv, klen + 1) != 0)
-                        continue;
-                s = strdup(kv);
-                if (!s)
-                        return -ENOMEM;
-                free((*env)[n]);
-                (*env)[n] = s;
-                return 0;
-        }
-        return strv_push(env, &n, strdup(kv));
+        return strv_env_set(env, &n, strdup(kv));
 }
 
 static int parse_env(const char *value, void *data, const char **ret_reason) {

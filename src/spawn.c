@@ -135,41 +135,14 @@ static bool env_is_private(const char *e) {
         return false;
 }
 
-/* Sets "K=V" in v (of n entries, room for one more and the NULL), replacing
- * an entry with the same K. Takes kv. */
-static void env_put(char **v, size_t *n, char *kv) {
-        size_t klen = strcspn(kv, "=");
-
-        for (size_t i = 0; i < *n; i++)
-                if (strncmp(v[i], kv, klen) == 0 && v[i][klen] == '=') {
-                        free(v[i]);
-                        v[i] = kv;
-                        return;
-                }
-        v[(*n)++] = kv;
-        v[*n] = NULL;
-}
-
 int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret) {
-        size_t cap = 8, n = 0;
-        char **v;
+        _cleanup_strv_free_ char **v = NULL;
+        size_t n = 0;
+        int r;
 
         for (char **e = environ; *e; e++)
-                cap++;
-        for (char *const *e = extra; e && *e; e++)
-                cap++;
-        v = calloc(cap + 1, sizeof(char *));
-        if (!v)
-                return -ENOMEM;
-
-        for (char **e = environ; *e; e++) {
-                if (env_is_private(*e))
-                        continue;
-                char *s = strdup(*e);
-                if (!s)
-                        goto oom;
-                env_put(v, &n, s);
-        }
+                if (!env_is_private(*e) && (r = strv_env_set(&v, &n, strdup(*e))) < 0)
+                        return r;
         if (u && u->name) {
                 const char *pairs[][2] = {
                         { "USER", u->name }, { "LOGNAME", u->name }, { "HOME", u->home }, { "SHELL", u->shell },
@@ -177,21 +150,20 @@ int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret) {
                 for (size_t i = 0; i < ELEMENTSOF(pairs); i++) {
                         char *s;
                         if (asprintf(&s, "%s=%s", pairs[i][0], pairs[i][1]) < 0)
-                                goto oom;
-                        env_put(v, &n, s);
+                                return -ENOMEM;
+                        r = strv_env_set(&v, &n, s);
+                        if (r < 0)
+                                return r;
                 }
         }
-        for (char *const *e = extra; e && *e; e++) {
-                char *s = strdup(*e);
-                if (!s)
-                        goto oom;
-                env_put(v, &n, s);
-        }
-        *ret = v;
+        for (char *const *e = extra; e && *e; e++)
+                if ((r = strv_env_set(&v, &n, strdup(*e))) < 0)
+                        return r;
+        /* Never NULL, even when nothing is set. */
+        if (!v && !(v = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        *ret = TAKE_PTR(v);
         return 0;
-oom:
-        strv_free(v);
-        return -ENOMEM;
 }
 
 /* The child: only async-signal-safe calls from here to execve. */

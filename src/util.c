@@ -531,6 +531,21 @@ bool strv_equal(char *const *a, char *const *b) {
         return true;
 }
 
+int strv_env_set(char ***env, size_t *n, char *kv) {
+        size_t klen;
+
+        if (!kv)
+                return -ENOMEM;
+        klen = strcspn(kv, "=");
+        for (size_t i = 0; i < *n; i++)
+                if (strncmp((*env)[i], kv, klen) == 0 && (*env)[i][klen] == kv[klen]) {
+                        free((*env)[i]);
+                        (*env)[i] = kv;
+                        return 0;
+                }
+        return strv_push(env, n, kv);
+}
+
 char *json_dump_line(const json_t *j, size_t flags) {
         _cleanup_free_ char *s = json_dumps(j, flags);
         char *t;

@@ -133,6 +133,24 @@ int main(void) {
         if (pidfd >= 0)
                 close(pidfd);
 
+        /* The kernel's environment: the daemon's minus its private variables, extra winning in place. */
+        setenv("KS_TEST_FOO", "1", 1);
+        setenv("NOTIFY_SOCKET", "/run/x", 1);
+        char *extra[] = { (char *) "KS_TEST_FOO=2", (char *) "KS_TEST_BAR=3", (char *) "KS_TEST_BAR=4", NULL };
+        char **env = NULL;
+        int foo = 0, bar = 0, notify = 0;
+        is_int(spawn_env_build(NULL, extra, &env), 0, "spawn_env_build succeeds");
+        for (char **e = env; e && *e; e++) {
+                foo += strncmp(*e, "KS_TEST_FOO=", 12) == 0 && streq(*e, "KS_TEST_FOO=2");
+                foo += strncmp(*e, "KS_TEST_FOO=", 12) == 0 && !streq(*e, "KS_TEST_FOO=2") ? 100 : 0;
+                bar += streq(*e, "KS_TEST_BAR=4") ? 1 : strncmp(*e, "KS_TEST_BAR=", 12) == 0 ? 100 : 0;
+                notify += strncmp(*e, "NOTIFY_SOCKET=", 14) == 0;
+        }
+        is_int(foo, 1, "a daemon variable set again by extra: once, with extra's value");
+        is_int(bar, 1, "a variable twice in extra: once, the later value");
+        is_int(notify, 0, "the daemon's NOTIFY_SOCKET is not passed on");
+        strv_free(env);
+
         unlink(marker);
         rmdir(dir);
         return tap_done();
