@@ -555,7 +555,7 @@ static void context_end_group(Context *c) {
         int r;
 
         snprintf(tag, sizeof tag, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
-        r = limits_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
+        r = resources_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
         if (r > 0)
                 log_notice("%s: ended %d process%s kernel %s left behind (%s)", c->name, r, r == 1 ? "" : "es",
                            c->st.kernel_id, how[c->limits.kill]);
@@ -591,10 +591,10 @@ static void context_handle_exit(Context *c) {
                         .at = now_usec(CLOCK_REALTIME),
                 };
         /* Its memory cgroup (watched since launch) says whether the OOM killer did it. */
-        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && limits_oom_killed(&c->limits))
+        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && resources_oom_killed(&c->limits))
                 c->st.last_exit.oom = true;
         context_end_group(c);
-        limits_release(&c->limits);
+        resources_release(&c->limits);
         spawn_pending_drop(&c->release);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
@@ -868,7 +868,7 @@ static void context_limits_done(Limits *l, void *userdata) {
         Context *c = userdata;
         char *err = NULL;
 
-        if (limits_wanted(c->cfg) && l->note)
+        if (resources_wanted(c->cfg) && l->note)
                 log_warning("%s: %s", c->name, l->note);
         if (spawn_release(&c->release, &err) < 0 && err) {
                 free(c->pending_error);
@@ -896,7 +896,7 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
                         *ret_error = NULL;
                 return r;
         }
-        return limits_apply_async(c->sup->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
+        return resources_apply_async(c->sup->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
                        ? SPAWN_DEFER
                        : 0;
 }
@@ -981,7 +981,7 @@ static void context_launch(Context *c) {
                 .userdata = c,
                 .pending = &c->release,
         };
-        limits_release(&c->limits);
+        resources_release(&c->limits);
         free(err);
         err = NULL;
         r = spawn_kernel(&p, &c->pid, &c->pidfd, &err);
@@ -992,7 +992,7 @@ static void context_launch(Context *c) {
                 return context_launch_failed(c, err ?: strerror(-r));
         }
 
-        if (limits_wanted(c->cfg) && c->limits.note && !c->limits.scope)
+        if (resources_wanted(c->cfg) && c->limits.note && !c->limits.scope)
                 log_warning("%s: %s", c->name, c->limits.note);
         /* The note about moved ports stays as last_error once the kernel is ready. */
         c->pending_error = TAKE_PTR(note);
@@ -1257,8 +1257,8 @@ int context_adopt(Context *c, char **ret_reason) {
         c->want_running = true;
         c->adopting = true;
         c->got_info = c->got_iopub = false;
-        limits_release(&c->limits);
-        limits_inspect(c->cfg, pid, &c->limits);
+        resources_release(&c->limits);
+        resources_inspect(c->cfg, pid, &c->limits);
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
         r = connection_file_publish(c->cfg->connection_file, &c->st.conn, &c->user, c->cfg->connection_file_published,
                                     &reason);
@@ -1287,7 +1287,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
                 return;
         context_state_done(&c->st);
         spawn_user_done(&c->user);
-        limits_release(&c->limits);
+        resources_release(&c->limits);
         spawn_pending_drop(&c->release);
         context_config_free(c->cfg);
         free(c->pending_error);
@@ -1361,7 +1361,7 @@ json_t *context_to_json(const Context *c) {
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
                          context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
                          count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
-                         "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits),
+                         "queued", (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits),
                          "transport", transport_to_string(transport), "transport_note",
                          note ? json_string(note) : json_null());
 }

@@ -31,7 +31,7 @@
 #define SCOPE_WAIT_USEC (10 * USEC_PER_SEC)
 #define CPU_PERIOD_USEC 100000
 
-bool limits_wanted(const ContextConfig *cc) {
+bool resources_wanted(const ContextConfig *cc) {
         return cc->memory_max || cc->cpu_quota || cc->tasks_max;
 }
 
@@ -375,7 +375,7 @@ static int scope_request(uv_loop_t *loop, const ContextConfig *cc, const char *n
                 note_set(l, "systemd refused the scope: %s", strerror(-r));
                 goto fail;
         }
-        /* The first round runs from the loop: done is never called from within limits_apply_async(). */
+        /* The first round runs from the loop: done is never called from within resources_apply_async(). */
         q->poll->data = q;
         uv_timer_start(q->timer, scope_timer_cb, 0, 0);
         *ret = q;
@@ -843,7 +843,7 @@ static int leftovers_end(const char *tag, usec_t deadline) {
         }
 }
 
-int limits_end_group(const Limits *l, const char *tag, usec_t timeout) {
+int resources_end_group(const Limits *l, const char *tag, usec_t timeout) {
         usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
         int n, r;
 
@@ -898,7 +898,7 @@ static void oom_watch(pid_t pid, Limits *l) {
         }
 }
 
-bool limits_oom_killed(const Limits *l) {
+bool resources_oom_killed(const Limits *l) {
         char buf[512];
         uint64_t n;
         ssize_t k;
@@ -917,7 +917,7 @@ bool limits_oom_killed(const Limits *l) {
 /* What follows the scope (scope_r: its outcome, -ENOMEDIUM when there was none to ask for): the
  * verification, the fallbacks, the kernel's own cgroup and the OOM counter. */
 static void limits_continue(const ContextConfig *cc, const char *name, pid_t pid, Limits *l, int scope_r) {
-        if (limits_wanted(cc)) {
+        if (resources_wanted(cc)) {
                 if (scope_r >= 0) {
                         limits_verify(cc, pid, l);
                         if (!limits_all(cc, l))
@@ -960,12 +960,12 @@ static void scope_complete(ScopeRequest *q) {
         done(l, userdata);
 }
 
-int limits_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
+int resources_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
                        LimitsDone done, void *userdata) {
         int r = -ENOMEDIUM;
 
         *ret = (Limits){ .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
-        if (limits_wanted(cc)) {
+        if (resources_wanted(cc)) {
                 r = scope_request(loop, cc, name, pid, ret, &ret->scope);
                 if (r >= 0) {
                         ret->scope->done = done;
@@ -1012,12 +1012,12 @@ static size_t adopt_dirs(pid_t pid, Limits *l) {
         return n;
 }
 
-void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
+void resources_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
         _cleanup_free_ char *sd = cgroup_pid_path(pid, "name=systemd"), *v2 = cgroup_pid_path(pid, NULL);
         const char *where = sd ?: v2;
 
-        if (limits_wanted(cc)) {
+        if (resources_wanted(cc)) {
                 limits_verify(cc, pid, &l);
                 /* Our own sub-cgroups first: a launch falls back to them when a scope does not enforce every
                  * limit, and the kernel then stays in the scope for name=systemd only. */
@@ -1040,7 +1040,7 @@ void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         *ret = l;
 }
 
-void limits_release(Limits *l) {
+void resources_release(Limits *l) {
         scope_free(l->scope); /* a pending request: done is never called */
         for (size_t i = 0; i < ELEMENTSOF(l->dirs); i++) {
                 if (l->dirs[i])
@@ -1058,7 +1058,7 @@ void limits_release(Limits *l) {
         *l = (Limits){ .oom_fd = -1, .oom_efd = -1 };
 }
 
-json_t *limits_to_json(const ContextConfig *cc, const Limits *l) {
+json_t *resources_to_json(const ContextConfig *cc, const Limits *l) {
         static const char *const names[] = {
                 [LIMITS_NONE] = "none", [LIMITS_SYSTEMD] = "systemd-scope", [LIMITS_CGROUP] = "cgroup",
                 [LIMITS_RLIMIT] = "rlimit",

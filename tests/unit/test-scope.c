@@ -1,6 +1,6 @@
 /* The scope request does not hold the loop: with a system bus that never answers (a socket nobody
- * accepts on), limits_apply_async() returns at once with the request pending, the loop goes on running
- * until the 10 s deadline, and then done comes with the fallbacks applied and a note; limits_release()
+ * accepts on), resources_apply_async() returns at once with the request pending, the loop goes on running
+ * until the 10 s deadline, and then done comes with the fallbacks applied and a note; resources_release()
  * of a pending request means done never comes. The scope path runs only under systemd (sd_booted()):
  * the test makes it look booted in a mount namespace of its own, so it needs root. */
 #include <errno.h>
@@ -96,10 +96,10 @@ int main(void) {
         /* Pending until the deadline; the loop runs meanwhile. */
         pid = waiting_child();
         uv_timer_start(&run.tick, tick_cb, 50, 50);
-        r = limits_apply_async(&loop, &cc, "t", pid, &run.l, done, &run);
+        r = resources_apply_async(&loop, &cc, "t", pid, &run.l, done, &run);
         is_int(r, 1, "with systemd booted, the scope is asked for: pending");
         ok(run.l.scope != NULL, "the request is held in the limits");
-        is_int(run.done_calls, 0, "done is not called from within limits_apply_async()");
+        is_int(run.done_calls, 0, "done is not called from within resources_apply_async()");
         uv_run(&loop, UV_RUN_DEFAULT);
         is_int(run.done_calls, 1, "done is called once, when systemd did not answer in time");
         ok(run.ticks_pending > 1, "the loop kept running while the request was pending (%u ticks)", run.ticks_pending);
@@ -108,17 +108,17 @@ int main(void) {
         ok(run.l.memory && (run.l.mechanism == LIMITS_CGROUP || run.l.mechanism == LIMITS_RLIMIT),
            "the fallbacks applied the memory limit (mechanism %d)", (int) run.l.mechanism);
         diag(run.l.note ?: "(no note)");
-        limits_release(&run.l);
+        resources_release(&run.l);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
 
         /* Released while pending: done never comes, and the loop has nothing left of it. */
         pid = waiting_child();
         run = (Run){ .tick = run.tick };
-        r = limits_apply_async(&loop, &cc, "t", pid, &run.l, done, &run);
+        r = resources_apply_async(&loop, &cc, "t", pid, &run.l, done, &run);
         is_int(r, 1, "a second request is pending");
         uv_run(&loop, UV_RUN_NOWAIT);
-        limits_release(&run.l);
+        resources_release(&run.l);
         uv_close((uv_handle_t *) &run.tick, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         is_int(run.done_calls, 0, "done is never called for a request released while pending");
