@@ -1005,6 +1005,8 @@ static void context_launch(Context *c) {
                 (void) waitid(P_PIDFD, (id_t) c->pidfd, &(siginfo_t){ 0 }, WEXITED);
                 close(c->pidfd);
                 c->pid = 0;
+                resources_release(&c->limits);
+                spawn_pending_drop(&c->release);
                 return context_launch_failed(c, "cannot watch the kernel process");
         }
         c->pid_poll->data = c;

@@ -257,6 +257,18 @@ static int exec_result(int errfd, const char *exe, const char *cwd, char **ret_e
         return -msg[1];
 }
 
+/* The caller signals the child's process group (kill(-pid)) from the moment spawn_kernel() returns; without
+ * the wait for exec, that group may not exist yet. setsid() is the child's first step: wait for it, or for
+ * the child to be gone, a moment at most. */
+static void child_wait_session(pid_t pid) {
+        for (int i = 0; i < 10000 && getpgid(pid) != pid; i++) {
+                siginfo_t si = { 0 };
+                if (waitid(P_PID, (id_t) pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == pid)
+                        return;
+                (void) usleep(100);
+        }
+}
+
 int spawn_release(SpawnPending *sp, char **ret_error) {
         int r;
 
@@ -340,6 +352,7 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                         return r;
                 }
                 if (r == SPAWN_DEFER) {
+                        child_wait_session(pid);
                         *p->pending = (SpawnPending){ .gofd = gopipe[1], .errfd = errpipe[0],
                                                       .exe = strdup(p->argv[0]), .cwd = strdup(p->cwd ?: "/") };
                         *ret_pid = pid;
