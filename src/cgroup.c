@@ -21,29 +21,46 @@ static bool list_has(const char *list, size_t len, const char *name) {
         return false;
 }
 
-int cgroup_oom_paths(const char *proc_cgroup, const char *root, char *ret[2]) {
-        char *v2 = NULL, *v1 = NULL;
-        int n = 0;
-
+char *cgroup_proc_path(const char *proc_cgroup, const char *controller) {
         for (const char *line = proc_cgroup; line && *line;) {
                 const char *nl = strchr(line, '\n');
                 size_t len = nl ? (size_t) (nl - line) : strlen(line);
                 /* "ID:CONTROLLERS:PATH" */
                 const char *c1 = memchr(line, ':', len);
                 const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t) (c1 + 1 - line)) : NULL;
-                if (c2) {
-                        const char *path = c2 + 1;
-                        int plen = (int) (len - (size_t) (path - line));
-                        if (c1 - line == 1 && line[0] == '0' && c2 == c1 + 1 && !v2) {
-                                if (asprintf(&v2, "%s%.*s/memory.events", root, plen, path) < 0)
-                                        v2 = NULL;
-                        } else if (list_has(c1 + 1, (size_t) (c2 - c1 - 1), "memory") && !v1) {
-                                if (asprintf(&v1, "%s/memory%.*s/memory.oom_control", root, plen, path) < 0)
-                                        v1 = NULL;
-                        }
-                }
+                if (c2 && (controller ? list_has(c1 + 1, (size_t) (c2 - c1 - 1), controller)
+                                      : c1 - line == 1 && line[0] == '0' && c2 == c1 + 1))
+                        return strndup(c2 + 1, len - (size_t) (c2 + 1 - line));
                 line = nl ? nl + 1 : NULL;
         }
+        return NULL;
+}
+
+static int proc_cgroup_read(pid_t pid, char **ret) {
+        char proc[64];
+
+        snprintf(proc, sizeof proc, "/proc/%d/cgroup", (int) pid);
+        return read_file(proc, 64 * 1024, ret, NULL);
+}
+
+char *cgroup_pid_path(pid_t pid, const char *controller) {
+        _cleanup_free_ char *text = NULL;
+
+        if (proc_cgroup_read(pid, &text) < 0)
+                return NULL;
+        return cgroup_proc_path(text, controller);
+}
+
+int cgroup_oom_paths(const char *proc_cgroup, const char *root, char *ret[2]) {
+        _cleanup_free_ char *v2path = cgroup_proc_path(proc_cgroup, NULL);
+        _cleanup_free_ char *v1path = cgroup_proc_path(proc_cgroup, "memory");
+        char *v2 = NULL, *v1 = NULL;
+        int n = 0;
+
+        if (v2path && asprintf(&v2, "%s%s/memory.events", root, v2path) < 0)
+                v2 = NULL;
+        if (v1path && asprintf(&v1, "%s/memory%s/memory.oom_control", root, v1path) < 0)
+                v1 = NULL;
         if (v2)
                 ret[n++] = v2;
         if (v1)
@@ -79,12 +96,11 @@ int cgroup_read_oom(const char *path, uint64_t *ret) {
 
 int cgroup_oom_path(pid_t pid, char **ret) {
         _cleanup_free_ char *text = NULL;
-        char proc[64], *paths[2] = { 0 };
+        char *paths[2] = { 0 };
         uint64_t v;
         int n, r = -ENOENT;
 
-        snprintf(proc, sizeof proc, "/proc/%d/cgroup", (int) pid);
-        if (read_file(proc, 64 * 1024, &text, NULL) < 0)
+        if (proc_cgroup_read(pid, &text) < 0)
                 return -ENOENT;
         n = cgroup_oom_paths(text, "/sys/fs/cgroup", paths);
         for (int i = 0; i < n; i++) {

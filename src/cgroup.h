@@ -1,4 +1,5 @@
-/* How many OOM kills the memory cgroup of a process has seen: cgroup v2's
+/* Where a process sits in the cgroup hierarchies, and how many OOM kills the
+ * memory cgroup of a process has seen: cgroup v2's
  * memory.events or v1's memory.oom_control, both with an "oom_kill N" line.
  * Comparing the count at a kernel's launch and at its SIGKILL tells an OOM
  * kill from any other SIGKILL, where the system tells at all. */
@@ -6,6 +7,14 @@
 
 #include <stdint.h>
 #include <sys/types.h>
+
+/* From the text of /proc/PID/cgroup ("ID:CONTROLLERS:PATH" lines), the path
+ * of the first line whose comma-separated controllers include controller
+ * ("memory", "cpu" of "cpu,cpuacct", "name=systemd"), or with controller NULL
+ * of the v2 line "0::PATH". Newly allocated; NULL when there is none. */
+char *cgroup_proc_path(const char *proc_cgroup, const char *controller);
+/* The same, read from /proc/PID/cgroup. */
+char *cgroup_pid_path(pid_t pid, const char *controller);
 
 /* From the text of /proc/PID/cgroup, the paths of the counter files to try,
  * in order, below root (normally "/sys/fs/cgroup"): the v2 memory.events of

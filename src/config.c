@@ -140,58 +140,6 @@ bad_form:
 _Static_assert(offsetof(Config, port_max) == offsetof(Config, port_min) + sizeof(uint16_t),
                "parse_port_range() writes port_min and port_max as a pair");
 
-static size_t strv_length(char *const *v) {
-        size_t n = 0;
-
-        while (v && v[n])
-                n++;
-        return n;
-}
-
-/* Appends s to *v (whose length is *n), taking ownership of s in every case. */
-static int strv_push(char ***v, size_t *n, char *s) {
-        char **w;
-
-        if (!s)
-                return -ENOMEM;
-        w = reallocarray(*v, *n + 2, sizeof(char *));
-        if (!w) {
-                free(s);
-                return -ENOMEM;
-        }
-        w[(*n)++] = s;
-        w[*n] = NULL;
-        *v = w;
-        return 0;
-}
-
-static int strv_copy(char *const *v, char ***ret) {
-        _cleanup_strv_free_ char **w = NULL;
-        size_t n = strv_length(v);
-
-        w = calloc(n + 1, sizeof(char *));
-        if (!w)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                w[i] = strdup(v[i]);
-                if (!w[i])
-                        return -ENOMEM;
-        }
-        *ret = TAKE_PTR(w);
-        return 0;
-}
-
-static bool strv_equal(char *const *a, char *const *b) {
-        size_t n = strv_length(a);
-
-        if (n != strv_length(b))
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!streq(a[i], b[i]))
-                        return false;
-        return true;
-}
-
 /* Splits on blanks. '…' quotes literally; "…" quotes with \" and \\ as the only escapes (any other backslash is
  * kept). Quoted and unquoted pieces next to each other make one word, as in a shell. */
 static int argv_split(const char *s, char ***ret, const char **ret_reason) {
@@ -315,23 +263,11 @@ static bool env_name_valid(const char *s, size_t n) {
         return true;
 }
 
-/* Sets "K=V" in *env: a variable already there is replaced in place, so the first place it was set keeps the
- * order; a new one is appended. */
+/* Sets "K=V" in *env, a copy of kv (see strv_env_set()). */
 static int env_set(char ***env, const char *kv) {
-        size_t klen = strcspn(kv, "="), n = 0;
-        char *s;
+        size_t n = strv_length(*env);
 
-        for (; *env && (*env)[n]; n++) {
-                if (strncmp((*env)[n], kv, klen + 1) != 0)
-                        continue;
-                s = strdup(kv);
-                if (!s)
-                        return -ENOMEM;
-                free((*env)[n]);
-                (*env)[n] = s;
-                return 0;
-        }
-        return strv_push(env, &n, strdup(kv));
+        return strv_env_set(env, &n, strdup(kv));
 }
 
 static int parse_env(const char *value, void *data, const char **ret_reason) {

@@ -67,8 +67,6 @@ int connection_key_new(char ret[KEY_HEX_LEN + 1]) {
 
 char *connection_info_format(const ConnectionInfo *ci) {
         json_auto_t *j = NULL;
-        char *s;
-        size_t n;
 
         j = json_object();
         if (!j)
@@ -83,20 +81,7 @@ char *connection_info_format(const ConnectionInfo *ci) {
             json_object_set_new(j, "kernel_name", json_string("python3")) < 0)
                 return NULL;
 
-        s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-        if (!s)
-                return NULL;
-        /* Text files end in a newline; jansson does not add one. */
-        n = strlen(s);
-        char *t = realloc(s, n + 2);
-        if (!t) {
-                explicit_bzero(s, n);
-                free(s);
-                return NULL;
-        }
-        t[n] = '\n';
-        t[n + 1] = '\0';
-        return t;
+        return json_dump_line(j, JSON_INDENT(2) | JSON_SORT_KEYS);
 }
 
 /* A JSON string without embedded NULs of 1..max characters (0..max when allow_empty), copied into out. */

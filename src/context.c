@@ -58,6 +58,7 @@ struct Context {
         bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         Limits limits;          /* where the kernel's limits come from, its OOM counter */
+        SpawnPending release;   /* the forked kernel waiting for its scope before exec; gofd -1 when none */
         char *pending_error;    /* why the current launch failed, set before its exit */
         char *save_error;       /* why st is not on disk (the last save failed); NULL when it is */
         bool conn_saved;        /* st's ports and key are on disk as they are now */
@@ -569,7 +570,7 @@ static void context_end_group(Context *c) {
         int r;
 
         snprintf(tag, sizeof tag, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
-        r = limits_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
+        r = resources_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
         if (r > 0)
                 log_notice("%s: ended %d process%s kernel %s left behind (%s)", c->name, r, r == 1 ? "" : "es",
                            c->st.kernel_id, how[c->limits.kill]);
@@ -605,10 +606,11 @@ static void context_handle_exit(Context *c) {
                         .at = now_usec(CLOCK_REALTIME),
                 };
         /* Its memory cgroup (watched since launch) says whether the OOM killer did it. */
-        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && limits_oom_killed(&c->limits))
+        if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && resources_oom_killed(&c->limits))
                 c->st.last_exit.oom = true;
         context_end_group(c);
-        limits_release(&c->limits);
+        resources_release(&c->limits);
+        spawn_pending_drop(&c->release);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
 
@@ -873,9 +875,25 @@ static int context_persist_identity(Context *c) {
         return r;
 }
 
+/* The limits are in place (systemd answered for the scope, or did not in time): the kernel may exec.
+ * Its exec failing is an exit like any other, with the step as its error. */
+static void context_limits_done(Limits *l, void *userdata) {
+        Context *c = userdata;
+        char *err = NULL;
+
+        if (resources_wanted(c->cfg) && l->note)
+                log_warning("%s: %s", c->name, l->note);
+        if (spawn_release(&c->release, &err) < 0 && err) {
+                free(c->pending_error);
+                c->pending_error = err;
+        } else
+                free(err);
+}
+
 /* The forked kernel waits before exec. Its pid goes to disk first, so that a kernel that runs can always
  * be adopted by the next daemon (none is ever orphaned); when that write fails it never execs. Then it
- * is put under its limits, in a cgroup of its own where the system allows. */
+ * is put under its limits, in a cgroup of its own where the system allows; while systemd has not
+ * answered for a scope, it goes on waiting (SPAWN_DEFER), and context_limits_done() releases it. */
 static int context_place(pid_t pid, void *userdata, char **ret_error) {
         Context *c = userdata;
         int r;
@@ -891,8 +909,9 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
                         *ret_error = NULL;
                 return r;
         }
-        (void) limits_apply(c->cfg, c->name, pid, &c->limits);
-        return 0;
+        return resources_apply_async(c->sup->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
+                       ? SPAWN_DEFER
+                       : 0;
 }
 
 static void context_launch(Context *c) {
@@ -973,8 +992,9 @@ static void context_launch(Context *c) {
                 .stdout_fd = outfd,
                 .prepare = context_place,
                 .userdata = c,
+                .pending = &c->release,
         };
-        limits_release(&c->limits);
+        resources_release(&c->limits);
         free(err);
         err = NULL;
         r = spawn_kernel(&p, &c->pid, &c->pidfd, &err);
@@ -985,7 +1005,7 @@ static void context_launch(Context *c) {
                 return context_launch_failed(c, err ?: strerror(-r));
         }
 
-        if (limits_wanted(c->cfg) && c->limits.note)
+        if (resources_wanted(c->cfg) && c->limits.note && !c->limits.scope)
                 log_warning("%s: %s", c->name, c->limits.note);
         /* The note about moved ports stays as last_error once the kernel is ready. */
         c->pending_error = TAKE_PTR(note);
@@ -998,6 +1018,8 @@ static void context_launch(Context *c) {
                 (void) waitid(P_PIDFD, (id_t) c->pidfd, &(siginfo_t){ 0 }, WEXITED);
                 close(c->pidfd);
                 c->pid = 0;
+                resources_release(&c->limits);
+                spawn_pending_drop(&c->release);
                 return context_launch_failed(c, "cannot watch the kernel process");
         }
         c->pid_poll->data = c;
@@ -1134,6 +1156,7 @@ int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret
         }
         c->pidfd = -1;
         c->limits = (Limits){ .oom_fd = -1, .oom_efd = -1 };
+        c->release = (SpawnPending){ .gofd = -1, .errfd = -1 };
         c->state = CONTEXT_STOPPED;
 
         r = context_state_load(host->state_dirfd, c->name, &c->st);
@@ -1250,8 +1273,8 @@ int context_adopt(Context *c, char **ret_reason) {
         c->want_running = true;
         c->adopting = true;
         c->got_info = c->got_iopub = false;
-        limits_release(&c->limits);
-        limits_inspect(c->cfg, pid, &c->limits);
+        resources_release(&c->limits);
+        resources_inspect(c->cfg, pid, &c->limits);
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
         r = connection_file_publish(c->cfg->connection_file, &c->st.conn, &c->user, c->cfg->connection_file_published,
                                     &reason);
@@ -1281,7 +1304,8 @@ static void context_timer_close_cb(uv_handle_t *h) {
                 return;
         context_state_done(&c->st);
         spawn_user_done(&c->user);
-        limits_release(&c->limits);
+        resources_release(&c->limits);
+        spawn_pending_drop(&c->release);
         context_config_free(c->cfg);
         free(c->pending_error);
         free(c->save_error);
@@ -1354,7 +1378,7 @@ json_t *context_to_json(const Context *c) {
                          "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
                          context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
                          count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
-                         "queued", (int) exec_queue_pending(c->exec), "limits", limits_to_json(c->cfg, &c->limits),
+                         "queued", (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits),
                          "transport", transport_to_string(transport), "transport_note",
                          note ? json_string(note) : json_null());
 }

@@ -50,23 +50,8 @@ int protocol_exit_code(int rpc_code) {
  * characters inside strings and the compact form has no whitespace. */
 static char *encode_line(json_t *root) {
         json_auto_t *j = root;
-        char *s, *line;
-        size_t n;
 
-        if (!j)
-                return NULL;
-        s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        if (!s)
-                return NULL;
-        n = strlen(s);
-        line = realloc(s, n + 2);
-        if (!line) {
-                free(s);
-                return NULL;
-        }
-        line[n] = '\n';
-        line[n + 1] = '\0';
-        return line;
+        return j ? json_dump_line(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 }
 
 /* A new object {"jsonrpc": "2.0"}, the start of every message. */

@@ -1,6 +1,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "cgroup.h"
 #include "resources.h"
@@ -24,11 +26,12 @@
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 /* How long systemd may take to answer and start the scope: move the kernel in and write its limits.
- * Milliseconds as a rule; the loop waits, so this bounds a stall on a systemd that is itself stuck. */
+ * Milliseconds as a rule; the kernel waits before exec meanwhile (the loop does not), so this bounds how
+ * long a systemd that is itself stuck delays a launch before the fallbacks take over. */
 #define SCOPE_WAIT_USEC (10 * USEC_PER_SEC)
 #define CPU_PERIOD_USEC 100000
 
-bool limits_wanted(const ContextConfig *cc) {
+bool resources_wanted(const ContextConfig *cc) {
         return cc->memory_max || cc->cpu_quota || cc->tasks_max;
 }
 
@@ -40,36 +43,6 @@ _printf_(2, 3) static void note_set(Limits *l, const char *fmt, ...) {
         if (vasprintf(&l->note, fmt, ap) < 0)
                 l->note = NULL;
         va_end(ap);
-}
-
-/* The cgroup path of pid for a v1 controller ("memory", "pids", "cpu", "name=systemd"), or the v2 path
- * (controller NULL), from the "ID:CONTROLLERS:PATH" lines of /proc/PID/cgroup. */
-static char *pid_cgroup(pid_t pid, const char *controller) {
-        _cleanup_free_ char *text = NULL;
-        char proc[64], *save = NULL;
-
-        snprintf(proc, sizeof proc, "/proc/%d/cgroup", (int) pid);
-        if (read_file(proc, 64 * 1024, &text, NULL) < 0)
-                return NULL;
-        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2)
-                        continue;
-                *c1 = *c2 = '\0';
-                if (!controller) {
-                        if (streq(line, "0") && c1 + 1 == c2)
-                                return strdup(c2 + 1);
-                        continue;
-                }
-                /* Controllers are listed comma-separated: "cpu,cpuacct". */
-                for (char *p = c1 + 1; p < c2;) {
-                        size_t n = strcspn(p, ",");
-                        if (n == strlen(controller) && strncmp(p, controller, n) == 0)
-                                return strdup(c2 + 1);
-                        p += n + 1;
-                }
-        }
-        return NULL;
 }
 
 static bool is_fs(const char *path, unsigned long magic) {
@@ -125,13 +98,13 @@ static int write_str(const char *path, const char *value) {
 
 /* Whether pid's own cgroups show each wanted limit. */
 static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
-        _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
+        _cleanup_free_ char *v2 = cgroup_pid_path(pid, NULL);
         char path[4200];
         uint64_t v;
 
         l->memory = l->cpu = l->tasks = false;
         if (cc->memory_max) {
-                _cleanup_free_ char *m = pid_cgroup(pid, "memory");
+                _cleanup_free_ char *m = cgroup_pid_path(pid, "memory");
                 const char *mnt = v1_mount("memory");
                 /* v1 rounds the limit down to whole pages. */
                 if (m && mnt && (snprintf(path, sizeof path, "%s%s/memory.limit_in_bytes", mnt, m), true) &&
@@ -142,7 +115,7 @@ static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
                         l->memory = true;
         }
         if (cc->tasks_max) {
-                _cleanup_free_ char *m = pid_cgroup(pid, "pids");
+                _cleanup_free_ char *m = cgroup_pid_path(pid, "pids");
                 const char *mnt = v1_mount("pids");
                 if (m && mnt && (snprintf(path, sizeof path, "%s%s/pids.max", mnt, m), true) &&
                     read_u64(path, &v) >= 0 && v == cc->tasks_max)
@@ -152,7 +125,7 @@ static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
                         l->tasks = true;
         }
         if (cc->cpu_quota) {
-                _cleanup_free_ char *m = pid_cgroup(pid, "cpu");
+                _cleanup_free_ char *m = cgroup_pid_path(pid, "cpu");
                 const char *mnt = v1_mount("cpu");
                 _cleanup_free_ char *s = NULL;
                 if (m && mnt && (snprintf(path, sizeof path, "%s%s/cpu.cfs_quota_us", mnt, m), true) &&
@@ -168,57 +141,97 @@ static bool limits_all(const ContextConfig *cc, const Limits *l) {
         return (!cc->memory_max || l->memory) && (!cc->cpu_quota || l->cpu) && (!cc->tasks_max || l->tasks);
 }
 
-/* ---- systemd: a transient scope ---- */
+/* ---- systemd: a transient scope, asked for without waiting ---- */
 
-typedef struct JobWait {
-        const char *path; /* the job to wait for; NULL until StartTransientUnit answered */
-        char *result;     /* "done", "failed", ... once it is removed */
-} JobWait;
+/* One StartTransientUnit request on a bus of its own, attached to the loop as sd-event attaches one: a
+ * poll on the bus's descriptor for sd_bus_get_events(), a timer for sd_bus_get_timeout(), and
+ * sd_bus_process() until it has nothing left to do. The scope's start job is finished once the kernel is
+ * in the scope in every hierarchy and the limits are written: systemd moves the pid into name=systemd
+ * first and the v1 controllers after, so seeing it in one hierarchy says nothing of the others. Hence
+ * the wait for JobRemoved, as systemd-run does. */
+struct ScopeRequest {
+        sd_bus *bus;
+        sd_bus_slot *match, *call;
+        uv_poll_t *poll;   /* freed by its close callback */
+        uv_timer_t *timer; /* the bus's own timeouts and our deadline; freed by its close callback */
+        usec_t deadline;   /* CLOCK_MONOTONIC: the reply and the job together */
+        char *job;         /* the start job's path, once systemd answered */
+        bool finished;
+        bool flush;  /* a Job.Cancel is queued: write it before closing */
+        int result;  /* once finished: 0, or -errno with limits->note set */
+        /* The launch this is part of. */
+        ContextConfig want; /* only the limits (cc may be replaced by a reload meanwhile) */
+        char *name;
+        char *unit;
+        pid_t pid;
+        Limits *limits;
+        LimitsDone done;
+        void *userdata;
+};
+
+static void scope_finish(ScopeRequest *q, int r) {
+        if (q->finished)
+                return;
+        q->finished = true;
+        q->result = r;
+}
 
 static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        JobWait *w = userdata;
+        ScopeRequest *q = userdata;
         const char *path, *unit, *result;
         uint32_t id;
 
         (void) error;
-        if (sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
+        /* systemd answers StartTransientUnit before it runs the job, so the path is known by now. */
+        if (!q->job || sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0 || !streq(path, q->job))
                 return 0;
-        if (w->path && streq(path, w->path) && !w->result)
-                w->result = strdup(result);
+        if (streq(result, "done"))
+                scope_finish(q, 0);
+        else {
+                note_set(q->limits, "the start job of %s ended: %s", q->unit, result);
+                scope_finish(q, -EIO);
+        }
         return 0;
 }
 
-/* The scope's start job is finished once the kernel is in the scope in every hierarchy and the limits are
- * written: systemd moves the pid into name=systemd first and the v1 controllers after, so seeing it in one
- * hierarchy says nothing of the others. Waits for JobRemoved, as systemd-run does. */
-static int apply_systemd(const ContextConfig *cc, const char *name, pid_t pid, Limits *l) {
-        sd_bus *bus = NULL;
-        sd_bus_slot *slot = NULL;
-        sd_bus_message *m = NULL, *reply = NULL;
-        sd_bus_error error = SD_BUS_ERROR_NULL;
-        _cleanup_free_ char *unit = NULL, *desc = NULL;
-        JobWait w = {};
-        usec_t deadline;
+static int on_scope_reply(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        ScopeRequest *q = userdata;
+        const sd_bus_error *e = sd_bus_message_get_error(m);
+        const char *path;
         int r;
 
-        if (sd_booted() <= 0)
-                return -ENOMEDIUM;
-        if (asprintf(&unit, "kernelsup-%s-%d.scope", name, (int) pid) < 0 ||
-            asprintf(&desc, "kernelsup kernel of context %s", name) < 0)
+        (void) error;
+        if (e) {
+                note_set(q->limits, "systemd refused the scope: %s", e->message ?: e->name);
+                scope_finish(q, -sd_bus_error_get_errno(e) ?: -EIO);
+                return 0;
+        }
+        r = sd_bus_message_read(m, "o", &path);
+        if (r >= 0 && !(q->job = strdup(path)))
+                r = -ENOMEM;
+        if (r < 0) {
+                note_set(q->limits, "systemd refused the scope: %s", strerror(-r));
+                scope_finish(q, r);
+        }
+        return 0;
+}
+
+static int scope_message(ScopeRequest *q, sd_bus_message **ret) {
+        _cleanup_free_ char *desc = NULL;
+        const ContextConfig *cc = &q->want;
+        sd_bus_message *m = NULL;
+        int r;
+
+        if (asprintf(&desc, "kernelsup kernel of context %s", q->name) < 0)
                 return -ENOMEM;
-        r = sd_bus_open_system(&bus);
+        r = sd_bus_message_new_method_call(q->bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                           "org.freedesktop.systemd1.Manager", "StartTransientUnit");
         if (r >= 0)
-                r = sd_bus_match_signal(bus, &slot, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                        "org.freedesktop.systemd1.Manager", "JobRemoved", on_job_removed, &w);
-        if (r >= 0)
-                r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                                   "org.freedesktop.systemd1.Manager", "StartTransientUnit");
-        if (r >= 0)
-                r = sd_bus_message_append(m, "ss", unit, "fail");
+                r = sd_bus_message_append(m, "ss", q->unit, "fail");
         if (r >= 0)
                 r = sd_bus_message_open_container(m, 'a', "(sv)");
         if (r >= 0)
-                r = sd_bus_message_append(m, "(sv)(sv)(sv)", "PIDs", "au", 1, (uint32_t) pid, "Description", "s",
+                r = sd_bus_message_append(m, "(sv)(sv)(sv)", "PIDs", "au", 1, (uint32_t) q->pid, "Description", "s",
                                           desc, "CollectMode", "s", "inactive-or-failed");
         if (r >= 0 && cc->memory_max)
                 r = sd_bus_message_append(m, "(sv)", "MemoryMax", "t", (uint64_t) cc->memory_max);
@@ -231,54 +244,144 @@ static int apply_systemd(const ContextConfig *cc, const char *name, pid_t pid, L
                 r = sd_bus_message_close_container(m);
         if (r >= 0)
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
-        deadline = now_usec(CLOCK_MONOTONIC) + SCOPE_WAIT_USEC;
-        if (r >= 0)
-                r = sd_bus_call(bus, m, SCOPE_WAIT_USEC, &error, &reply);
-        if (r >= 0)
-                r = sd_bus_message_read(reply, "o", &w.path);
         if (r < 0) {
-                note_set(l, "systemd refused the scope: %s", error.message ?: strerror(-r));
-                goto finish;
+                sd_bus_message_unref(m);
+                return r;
         }
-        /* sd_bus_call() queues what arrives before the reply, JobRemoved included: sd_bus_process() below
-         * dispatches it now that the job's path is known. */
-        while (!w.result) {
+        *ret = m;
+        return 0;
+}
+
+static void scope_complete(ScopeRequest *q);
+static void scope_poll_cb(uv_poll_t *h, int status, int events);
+static void scope_timer_cb(uv_timer_t *h);
+
+/* Runs the bus until it has nothing to do, then waits for what it asks for next. Completion is reported
+ * from here, outside sd_bus_process(): done may free the request and its bus. */
+static void scope_dispatch(ScopeRequest *q) {
+        uint64_t until = UINT64_MAX;
+        int r = 0, events;
+
+        while (!q->finished && (r = sd_bus_process(q->bus, NULL)) > 0)
+                ;
+        if (!q->finished && r < 0) {
+                note_set(q->limits, "waiting for %s: %s", q->unit, strerror(-r));
+                scope_finish(q, r);
+        }
+        if (!q->finished && now_usec(CLOCK_MONOTONIC) >= q->deadline) {
+                note_set(q->limits, "the start job of %s did not finish in %llu ms", q->unit,
+                         (unsigned long long) (SCOPE_WAIT_USEC / 1000));
+                /* Or systemd would move the kernel into the scope later, out of a fallback's cgroups. Sent
+                 * without waiting for the answer; the bus is flushed as it closes. */
+                if (q->job)
+                        q->flush = sd_bus_call_method_async(q->bus, NULL, "org.freedesktop.systemd1", q->job,
+                                                            "org.freedesktop.systemd1.Job", "Cancel", NULL, NULL,
+                                                            NULL) >= 0;
+                scope_finish(q, -ETIMEDOUT);
+        }
+        if (q->finished)
+                return scope_complete(q);
+        events = sd_bus_get_events(q->bus);
+        uv_poll_start(q->poll, (events & POLLIN ? UV_READABLE : 0) | (events & POLLOUT ? UV_WRITABLE : 0),
+                      scope_poll_cb);
+        if (sd_bus_get_timeout(q->bus, &until) < 0 || until > q->deadline)
+                until = q->deadline;
+        {
                 usec_t now = now_usec(CLOCK_MONOTONIC);
-                if (now >= deadline) {
-                        note_set(l, "the start job of %s did not finish in %llu ms", unit,
-                                 (unsigned long long) (SCOPE_WAIT_USEC / 1000));
-                        /* Or systemd would move the kernel into the scope later, out of a fallback's cgroups. */
-                        sd_bus_message_unref(m);
-                        m = NULL;
-                        if (sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", w.path,
-                                                           "org.freedesktop.systemd1.Job", "Cancel") >= 0)
-                                (void) sd_bus_call(bus, m, USEC_PER_SEC, NULL, NULL);
-                        r = -ETIMEDOUT;
-                        goto finish;
-                }
-                r = sd_bus_process(bus, NULL);
-                if (r < 0) {
-                        note_set(l, "waiting for %s: %s", unit, strerror(-r));
-                        goto finish;
-                }
-                if (r == 0)
-                        (void) sd_bus_wait(bus, deadline - now);
+                uv_timer_start(q->timer, scope_timer_cb, until > now ? (until - now + 999) / 1000 : 0, 0);
         }
-        if (!streq(w.result, "done")) {
-                note_set(l, "the start job of %s ended: %s", unit, w.result);
-                r = -EIO;
-                goto finish;
+}
+
+static void scope_poll_cb(uv_poll_t *h, int status, int events) {
+        (void) status;
+        (void) events;
+        scope_dispatch(h->data);
+}
+
+static void scope_timer_cb(uv_timer_t *h) {
+        scope_dispatch(h->data);
+}
+
+static void handle_free_cb(uv_handle_t *h) {
+        free(h);
+}
+
+static void scope_free(ScopeRequest *q) {
+        if (!q)
+                return;
+        sd_bus_slot_unref(q->call);
+        sd_bus_slot_unref(q->match);
+        /* Without a flush otherwise: a bus that never finished connecting would make it wait. */
+        if (q->flush)
+                sd_bus_flush_close_unref(q->bus);
+        else
+                sd_bus_close_unref(q->bus);
+        if (q->poll)
+                uv_close((uv_handle_t *) q->poll, handle_free_cb);
+        if (q->timer)
+                uv_close((uv_handle_t *) q->timer, handle_free_cb);
+        free(q->job);
+        free(q->name);
+        free(q->unit);
+        free(q);
+}
+
+/* Asks systemd for kernelsup-NAME-PID.scope holding pid with cc's limits. 0: asked, *ret reports to
+ * scope_complete(); -errno: not asked (no systemd, no bus), l->note may say why. */
+static int scope_request(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *l,
+                         ScopeRequest **ret) {
+        ScopeRequest *q;
+        sd_bus_message *m = NULL;
+        int r;
+
+        if (sd_booted() <= 0)
+                return -ENOMEDIUM;
+        q = calloc(1, sizeof *q);
+        if (!q)
+                return -ENOMEM;
+        q->want = (ContextConfig){ .memory_max = cc->memory_max,
+                                   .cpu_quota = cc->cpu_quota,
+                                   .tasks_max = cc->tasks_max };
+        q->pid = pid;
+        q->limits = l;
+        q->deadline = now_usec(CLOCK_MONOTONIC) + SCOPE_WAIT_USEC;
+        q->poll = malloc(sizeof *q->poll);
+        q->timer = malloc(sizeof *q->timer);
+        r = -ENOMEM;
+        if (!q->poll || !q->timer || !(q->name = strdup(name)) ||
+            asprintf(&q->unit, "kernelsup-%s-%d.scope", name, (int) pid) < 0) {
+                free(q->poll), free(q->timer);
+                q->poll = NULL, q->timer = NULL, q->unit = NULL;
+                goto fail;
         }
-        l->unit = TAKE_PTR(unit);
-        l->mechanism = LIMITS_SYSTEMD;
-        r = 0;
-finish:
-        free(w.result);
-        sd_bus_error_free(&error);
-        sd_bus_slot_unref(slot);
-        sd_bus_message_unref(reply);
+        uv_timer_init(loop, q->timer);
+        q->timer->data = q;
+        r = sd_bus_open_system(&q->bus);
+        if (r >= 0 && (r = uv_poll_init(loop, q->poll, sd_bus_get_fd(q->bus))) < 0) {
+                free(q->poll);
+                q->poll = NULL;
+                r = -EBADF;
+        }
+        if (r >= 0)
+                r = sd_bus_match_signal_async(q->bus, &q->match, "org.freedesktop.systemd1",
+                                              "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
+                                              "JobRemoved", on_job_removed, NULL, q);
+        if (r >= 0)
+                r = scope_message(q, &m);
+        if (r >= 0)
+                r = sd_bus_call_async(q->bus, &q->call, m, on_scope_reply, q, SCOPE_WAIT_USEC);
         sd_bus_message_unref(m);
-        sd_bus_flush_close_unref(bus);
+        if (r < 0) {
+                note_set(l, "systemd refused the scope: %s", strerror(-r));
+                goto fail;
+        }
+        /* The first round runs from the loop: done is never called from within resources_apply_async(). */
+        q->poll->data = q;
+        uv_timer_start(q->timer, scope_timer_cb, 0, 0);
+        *ret = q;
+        return 0;
+fail:
+        scope_free(q);
         return r;
 }
 
@@ -343,7 +446,7 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
         for (size_t i = 0; i < ELEMENTSOF(v1); i++) {
                 _cleanup_free_ char *own = NULL;
                 if (!v1[i].want || !(mnt = v1_mount(v1[i].controller)) ||
-                    !(own = pid_cgroup(getpid(), v1[i].controller)))
+                    !(own = cgroup_pid_path(getpid(), v1[i].controller)))
                         continue;
                 r = cgroup_place(mnt, own, name, v1[i].files, v1[i].n, pid, &l->dirs[n_dirs]);
                 if (r >= 0) {
@@ -353,7 +456,7 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
         }
         if (placed == 0 && v2_root()) {
                 /* cgroup v2: one directory, the controllers must be enabled below our own cgroup. */
-                _cleanup_free_ char *own = pid_cgroup(getpid(), NULL);
+                _cleanup_free_ char *own = cgroup_pid_path(getpid(), NULL);
                 const char *files[3][2];
                 size_t n = 0;
                 if (cc->memory_max)
@@ -429,10 +532,10 @@ static void group_set(Limits *l, char *dir, GroupKill kill) {
         l->kill = dir ? kill : GROUP_KILL_NONE;
 }
 
-/* Whether pid's cgroup in the hierarchy at mnt (controller as pid_cgroup() takes it) is its own; then
+/* Whether pid's cgroup in the hierarchy at mnt (controller as cgroup_pid_path() takes it) is its own; then
  * that is l->group. */
 static bool group_try(pid_t pid, const char *mnt, const char *controller, GroupKill kill, Limits *l) {
-        _cleanup_free_ char *path = mnt ? pid_cgroup(pid, controller) : NULL;
+        _cleanup_free_ char *path = mnt ? cgroup_pid_path(pid, controller) : NULL;
 
         if (!path || !own_group(path, pid))
                 return false;
@@ -471,7 +574,7 @@ static void group_place(const char *name, pid_t pid, Limits *l) {
                 return;
         for (size_t i = 0; i < ELEMENTSOF(tries); i++) {
                 const char *mnt = tries[i].v2 ? v2_mount() : v1_mount("freezer");
-                _cleanup_free_ char *own = mnt ? pid_cgroup(getpid(), tries[i].v2 ? NULL : "freezer") : NULL;
+                _cleanup_free_ char *own = mnt ? cgroup_pid_path(getpid(), tries[i].v2 ? NULL : "freezer") : NULL;
                 char *dir = NULL;
 
                 if (own && cgroup_place(mnt, own, name, NULL, 0, pid, &dir) >= 0) {
@@ -740,7 +843,7 @@ static int leftovers_end(const char *tag, usec_t deadline) {
         }
 }
 
-int limits_end_group(const Limits *l, const char *tag, usec_t timeout) {
+int resources_end_group(const Limits *l, const char *tag, usec_t timeout) {
         usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
         int n, r;
 
@@ -795,7 +898,7 @@ static void oom_watch(pid_t pid, Limits *l) {
         }
 }
 
-bool limits_oom_killed(const Limits *l) {
+bool resources_oom_killed(const Limits *l) {
         char buf[512];
         uint64_t n;
         ssize_t k;
@@ -811,36 +914,66 @@ bool limits_oom_killed(const Limits *l) {
         return cgroup_keyed_value(buf, "oom_kill", &n) >= 0 && n > l->oom_base;
 }
 
-int limits_apply(const ContextConfig *cc, const char *name, pid_t pid, Limits *ret) {
-        Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
-
-        if (limits_wanted(cc)) {
-                if (apply_systemd(cc, name, pid, &l) >= 0) {
-                        limits_verify(cc, pid, &l);
-                        if (!limits_all(cc, &l))
-                                note_set(&l, "%s does not enforce every limit (are the cgroup controllers "
-                                         "delegated and writable?)", l.unit);
+/* What follows the scope (scope_r: its outcome, -ENOMEDIUM when there was none to ask for): the
+ * verification, the fallbacks, the kernel's own cgroup and the OOM counter. */
+static void limits_continue(const ContextConfig *cc, const char *name, pid_t pid, Limits *l, int scope_r) {
+        if (resources_wanted(cc)) {
+                if (scope_r >= 0) {
+                        limits_verify(cc, pid, l);
+                        if (!limits_all(cc, l))
+                                note_set(l, "%s does not enforce every limit (are the cgroup controllers "
+                                         "delegated and writable?)", l->unit);
                 }
-                if (!limits_all(cc, &l) && apply_cgroup(cc, name, pid, &l) >= 0) {
-                        limits_verify(cc, pid, &l);
-                        if (limits_all(cc, &l)) {
-                                free(l.note);
-                                l.note = NULL;
+                if (!limits_all(cc, l) && apply_cgroup(cc, name, pid, l) >= 0) {
+                        limits_verify(cc, pid, l);
+                        if (limits_all(cc, l)) {
+                                free(l->note);
+                                l->note = NULL;
                         }
                 }
-                if (cc->memory_max && !l.memory) {
+                if (cc->memory_max && !l->memory) {
                         /* A soft cap: the address space, so the kernel gets MemoryError rather than the OOM killer. */
                         struct rlimit rl = { .rlim_cur = cc->memory_max, .rlim_max = cc->memory_max };
                         if (prlimit(pid, RLIMIT_AS, &rl, NULL) >= 0) {
-                                l.memory = true;
-                                if (l.mechanism == LIMITS_NONE)
-                                        l.mechanism = LIMITS_RLIMIT;
+                                l->memory = true;
+                                if (l->mechanism == LIMITS_NONE)
+                                        l->mechanism = LIMITS_RLIMIT;
                         }
                 }
         }
-        group_place(name, pid, &l);
-        oom_watch(pid, &l);
-        *ret = l;
+        group_place(name, pid, l);
+        oom_watch(pid, l);
+}
+
+static void scope_complete(ScopeRequest *q) {
+        Limits *l = q->limits;
+        LimitsDone done = q->done;
+        void *userdata = q->userdata;
+
+        if (q->result >= 0) {
+                l->unit = TAKE_PTR(q->unit);
+                l->mechanism = LIMITS_SYSTEMD;
+        }
+        limits_continue(&q->want, q->name, q->pid, l, q->result);
+        l->scope = NULL;
+        scope_free(q);
+        done(l, userdata);
+}
+
+int resources_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
+                       LimitsDone done, void *userdata) {
+        int r = -ENOMEDIUM;
+
+        *ret = (Limits){ .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
+        if (resources_wanted(cc)) {
+                r = scope_request(loop, cc, name, pid, ret, &ret->scope);
+                if (r >= 0) {
+                        ret->scope->done = done;
+                        ret->scope->userdata = userdata;
+                        return 1;
+                }
+        }
+        limits_continue(cc, name, pid, ret, r);
         return 0;
 }
 
@@ -866,25 +999,25 @@ static size_t adopt_dirs(pid_t pid, Limits *l) {
         size_t n = 0;
 
         for (size_t i = 0; i < ELEMENTSOF(controllers) && n < ELEMENTSOF(l->dirs); i++) {
-                _cleanup_free_ char *path = pid_cgroup(pid, controllers[i]);
+                _cleanup_free_ char *path = cgroup_pid_path(pid, controllers[i]);
                 const char *mnt = v1_mount(controllers[i]);
                 if (path && mnt && our_dir(path, pid))
                         l->dirs[n++] = concat(mnt, path);
         }
         if (n == 0 && v2_root()) {
-                _cleanup_free_ char *v2 = pid_cgroup(pid, NULL);
+                _cleanup_free_ char *v2 = cgroup_pid_path(pid, NULL);
                 if (v2 && our_dir(v2, pid))
                         l->dirs[n++] = concat(CGROUP_ROOT, v2);
         }
         return n;
 }
 
-void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
+void resources_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         Limits l = { .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
-        _cleanup_free_ char *sd = pid_cgroup(pid, "name=systemd"), *v2 = pid_cgroup(pid, NULL);
+        _cleanup_free_ char *sd = cgroup_pid_path(pid, "name=systemd"), *v2 = cgroup_pid_path(pid, NULL);
         const char *where = sd ?: v2;
 
-        if (limits_wanted(cc)) {
+        if (resources_wanted(cc)) {
                 limits_verify(cc, pid, &l);
                 /* Our own sub-cgroups first: a launch falls back to them when a scope does not enforce every
                  * limit, and the kernel then stays in the scope for name=systemd only. */
@@ -907,7 +1040,8 @@ void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret) {
         *ret = l;
 }
 
-void limits_release(Limits *l) {
+void resources_release(Limits *l) {
+        scope_free(l->scope); /* a pending request: done is never called */
         for (size_t i = 0; i < ELEMENTSOF(l->dirs); i++) {
                 if (l->dirs[i])
                         (void) rmdir(l->dirs[i]); /* EBUSY while an orphan of the kernel lives on: kept */
@@ -924,7 +1058,7 @@ void limits_release(Limits *l) {
         *l = (Limits){ .oom_fd = -1, .oom_efd = -1 };
 }
 
-json_t *limits_to_json(const ContextConfig *cc, const Limits *l) {
+json_t *resources_to_json(const ContextConfig *cc, const Limits *l) {
         static const char *const names[] = {
                 [LIMITS_NONE] = "none", [LIMITS_SYSTEMD] = "systemd-scope", [LIMITS_CGROUP] = "cgroup",
                 [LIMITS_RLIMIT] = "rlimit",

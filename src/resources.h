@@ -2,7 +2,7 @@
  * place while the forked kernel waits before exec, and verified: a limit
  * counts only when the kernel's own cgroup shows it. In order:
  *   1. systemd: a transient scope per kernel (StartTransientUnit over sd-bus,
- *      as `systemd-run --scope` does);
+ *      as `systemd-run --scope` does), asked for without the loop waiting;
  *   2. without systemd (or when its limits are not enforced), as root: a
  *      sub-cgroup of the daemon's own (v1 memory/cpu/pids, or v2);
  *   3. else for memory: RLIMIT_AS, a soft cap (address space, not RSS).
@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <uv.h>
 
 #include "config.h"
 
@@ -37,6 +38,8 @@ typedef enum GroupKill {
         GROUP_KILL_PROCS,  /* SIGKILL what cgroup.procs lists until it is empty */
 } GroupKill;
 
+typedef struct ScopeRequest ScopeRequest;
+
 typedef struct Limits {
         LimitsMechanism mechanism;
         bool memory, cpu, tasks; /* verified in place */
@@ -52,34 +55,44 @@ typedef struct Limits {
         uint64_t oom_base;       /* the count at launch */
         bool oom_known;
         char *note;              /* why a limit is not enforced */
+        ScopeRequest *scope;     /* while systemd has not yet answered for the scope */
 } Limits;
 
-bool limits_wanted(const ContextConfig *cc);
+bool resources_wanted(const ContextConfig *cc);
+
+/* Called on the loop once the limits of resources_apply_async() are in place (or known not to be). */
+typedef void (*LimitsDone)(Limits *l, void *userdata);
 
 /* Places pid (forked, not yet exec'd) under cc's limits, in a scope or cgroup
  * named kernelsup-NAME-PID: the kernel's pid keeps it apart from any other
- * daemon's kernels in the same cgroup or under the same systemd. Never fails
- * the launch: what could not be enforced is said in ret->note. */
-int limits_apply(const ContextConfig *cc, const char *name, pid_t pid, Limits *ret);
+ * daemon's kernels in the same cgroup or under the same systemd. Fills *ret
+ * (which must stay where it is until done) and returns 0 when all is in
+ * place already; returns 1 when systemd was asked for a scope: done(ret,
+ * userdata) follows from the loop, never from within this call, once systemd
+ * answered and the start job ended, or after 10 s, the fallbacks applied.
+ * resources_release() before that cancels it (done is then never called). Never
+ * fails the launch: what could not be enforced is said in ret->note. */
+int resources_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
+                       LimitsDone done, void *userdata);
 
 /* For an adopted kernel: what its cgroups show now, without changing them. */
-void limits_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
+void resources_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
 
 /* Whether the OOM killer acted in the kernel's memory cgroup since launch (after its SIGKILL). */
-bool limits_oom_killed(const Limits *l);
+bool resources_oom_killed(const Limits *l);
 
 /* Ends every process the kernel left behind (after the kernel itself has
  * exited): everything in its cgroup, or without one, every descendant of
  * the daemon whose environment holds tag ("KERNELSUP_KERNEL_ID=..."). Waits
  * up to timeout for them to be gone, so their sockets are closed. Returns how
  * many processes it ended (0: none), -ETIMEDOUT when some were still there. */
-int limits_end_group(const Limits *l, const char *tag, usec_t timeout);
+int resources_end_group(const Limits *l, const char *tag, usec_t timeout);
 
-/* After the kernel has exited: removes the sub-cgroups we made, frees. */
-void limits_release(Limits *l);
+/* After the kernel has exited: removes the sub-cgroups we made, drops a pending scope request, frees. */
+void resources_release(Limits *l);
 
 /* {"mechanism": "systemd-scope"|"cgroup"|"rlimit"|"none", "memory_max": N|null, "cpu_quota": "50%"|null,
  *  "tasks_max": N|null, "enforced": [names], "not_enforced": [names], "note": str|null,
  *  "group": the kernel's own cgroup directory|null,
  *  "group_kill": "cgroup.kill"|"freezer"|"cgroup.procs"|"subreaper"} */
-json_t *limits_to_json(const ContextConfig *cc, const Limits *l);
+json_t *resources_to_json(const ContextConfig *cc, const Limits *l);

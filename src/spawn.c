@@ -135,41 +135,14 @@ static bool env_is_private(const char *e) {
         return false;
 }
 
-/* Sets "K=V" in v (of n entries, room for one more and the NULL), replacing
- * an entry with the same K. Takes kv. */
-static void env_put(char **v, size_t *n, char *kv) {
-        size_t klen = strcspn(kv, "=");
-
-        for (size_t i = 0; i < *n; i++)
-                if (strncmp(v[i], kv, klen) == 0 && v[i][klen] == '=') {
-                        free(v[i]);
-                        v[i] = kv;
-                        return;
-                }
-        v[(*n)++] = kv;
-        v[*n] = NULL;
-}
-
 int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret) {
-        size_t cap = 8, n = 0;
-        char **v;
+        _cleanup_strv_free_ char **v = NULL;
+        size_t n = 0;
+        int r;
 
         for (char **e = environ; *e; e++)
-                cap++;
-        for (char *const *e = extra; e && *e; e++)
-                cap++;
-        v = calloc(cap + 1, sizeof(char *));
-        if (!v)
-                return -ENOMEM;
-
-        for (char **e = environ; *e; e++) {
-                if (env_is_private(*e))
-                        continue;
-                char *s = strdup(*e);
-                if (!s)
-                        goto oom;
-                env_put(v, &n, s);
-        }
+                if (!env_is_private(*e) && (r = strv_env_set(&v, &n, strdup(*e))) < 0)
+                        return r;
         if (u && u->name) {
                 const char *pairs[][2] = {
                         { "USER", u->name }, { "LOGNAME", u->name }, { "HOME", u->home }, { "SHELL", u->shell },
@@ -177,21 +150,20 @@ int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret) {
                 for (size_t i = 0; i < ELEMENTSOF(pairs); i++) {
                         char *s;
                         if (asprintf(&s, "%s=%s", pairs[i][0], pairs[i][1]) < 0)
-                                goto oom;
-                        env_put(v, &n, s);
+                                return -ENOMEM;
+                        r = strv_env_set(&v, &n, s);
+                        if (r < 0)
+                                return r;
                 }
         }
-        for (char *const *e = extra; e && *e; e++) {
-                char *s = strdup(*e);
-                if (!s)
-                        goto oom;
-                env_put(v, &n, s);
-        }
-        *ret = v;
+        for (char *const *e = extra; e && *e; e++)
+                if ((r = strv_env_set(&v, &n, strdup(*e))) < 0)
+                        return r;
+        /* Never NULL, even when nothing is set. */
+        if (!v && !(v = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        *ret = TAKE_PTR(v);
         return 0;
-oom:
-        strv_free(v);
-        return -ENOMEM;
 }
 
 /* The child: only async-signal-safe calls from here to execve. */
@@ -267,10 +239,62 @@ static const char *step_name(int step) {
         }
 }
 
+/* Reads the child's report through errfd (closing it): 0 once it has exec'd (EOF), else the negative
+ * errno with *ret_error naming the step. */
+static int exec_result(int errfd, const char *exe, const char *cwd, char **ret_error) {
+        int msg[2];
+        ssize_t k;
+
+        do
+                k = read(errfd, msg, sizeof msg);
+        while (k < 0 && errno == EINTR);
+        close(errfd);
+        if (k != (ssize_t) sizeof msg)
+                return 0;
+        const char *what = msg[0] == 6 ? cwd : msg[0] == 8 ? exe : NULL;
+        if (asprintf(ret_error, "%s%s%s: %s", step_name(msg[0]), what ? " " : "", what ?: "", strerror(msg[1])) < 0)
+                *ret_error = NULL;
+        return -msg[1];
+}
+
+/* The caller signals the child's process group (kill(-pid)) from the moment spawn_kernel() returns; without
+ * the wait for exec, that group may not exist yet. setsid() is the child's first step: wait for it, or for
+ * the child to be gone, a moment at most. */
+static void child_wait_session(pid_t pid) {
+        for (int i = 0; i < 10000 && getpgid(pid) != pid; i++) {
+                siginfo_t si = { 0 };
+                if (waitid(P_PID, (id_t) pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == pid)
+                        return;
+                (void) usleep(100);
+        }
+}
+
+int spawn_release(SpawnPending *sp, char **ret_error) {
+        int r;
+
+        (void) !write(sp->gofd, "g", 1);
+        close(sp->gofd);
+        r = exec_result(sp->errfd, sp->exe ?: "?", sp->cwd ?: "/", ret_error);
+        free(sp->exe);
+        free(sp->cwd);
+        *sp = (SpawnPending){ .gofd = -1, .errfd = -1 };
+        return r;
+}
+
+void spawn_pending_drop(SpawnPending *sp) {
+        if (sp->gofd < 0)
+                return;
+        close(sp->gofd);
+        close(sp->errfd);
+        free(sp->exe);
+        free(sp->cwd);
+        *sp = (SpawnPending){ .gofd = -1, .errfd = -1 };
+}
+
 int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error) {
         _cleanup_close_ int devnull = -1, pidfd = -1;
-        int errpipe[2], gopipe[2] = { -1, -1 }, msg[2];
-        ssize_t k;
+        int errpipe[2], gopipe[2] = { -1, -1 };
+        int k;
         pid_t pid;
 
         devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -296,8 +320,12 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                 }
                 return -e;
         }
-        if (pid == 0)
+        if (pid == 0) {
+                /* Or its own copy of the write end would keep it from seeing EOF when the parent drops it. */
+                if (gopipe[1] >= 0)
+                        close(gopipe[1]);
                 child_exec(p, devnull, errpipe[1], gopipe[0]);
+        }
 
         close(errpipe[1]);
         if (gopipe[0] >= 0)
@@ -323,21 +351,21 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                         (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);
                         return r;
                 }
+                if (r == SPAWN_DEFER) {
+                        child_wait_session(pid);
+                        *p->pending = (SpawnPending){ .gofd = gopipe[1], .errfd = errpipe[0],
+                                                      .exe = strdup(p->argv[0]), .cwd = strdup(p->cwd ?: "/") };
+                        *ret_pid = pid;
+                        *ret_pidfd = TAKE_FD(pidfd);
+                        return 0;
+                }
                 (void) !write(gopipe[1], "g", 1);
                 close(gopipe[1]);
         }
-        do
-                k = read(errpipe[0], msg, sizeof msg);
-        while (k < 0 && errno == EINTR);
-        close(errpipe[0]);
-        if (k == (ssize_t) sizeof msg) {
-                siginfo_t si;
-                (void) waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED);
-                const char *what = msg[0] == 6 ? (p->cwd ?: "/") : msg[0] == 8 ? p->argv[0] : NULL;
-                if (asprintf(ret_error, "%s%s%s: %s", step_name(msg[0]), what ? " " : "", what ?: "",
-                             strerror(msg[1])) < 0)
-                        *ret_error = NULL;
-                return -msg[1];
+        k = exec_result(errpipe[0], p->argv[0], p->cwd ?: "/", ret_error);
+        if (k < 0) {
+                (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);
+                return k;
         }
         /* The fcntl flag is on already (pidfd_open sets O_CLOEXEC). */
         *ret_pid = pid;

@@ -45,10 +45,32 @@ typedef struct SpawnParams {
         /* Called in the parent while the child waits just before exec (to record
          * its pid, to place it in a cgroup); may be NULL. A negative errno
          * refuses the launch: the child never execs, and *ret_error (may be
-         * left NULL) says why. */
+         * left NULL) says why. SPAWN_DEFER: the child goes on waiting, and
+         * spawn_kernel() returns with *pending holding what releases it. */
         int (*prepare)(pid_t pid, void *userdata, char **ret_error);
         void *userdata;
+        struct SpawnPending *pending; /* where a deferred child's handle goes; needed for SPAWN_DEFER */
 } SpawnParams;
+
+#define SPAWN_DEFER 1
+
+/* A forked child waiting before exec for spawn_release(). Owns both descriptors. */
+typedef struct SpawnPending {
+        int gofd;   /* -1: none */
+        int errfd;
+        char *exe;  /* for the message: argv[0] and cwd */
+        char *cwd;
+} SpawnPending;
+
+/* Lets a deferred child exec and waits (as spawn_kernel() does) for the exec to
+ * succeed or fail: 0, or the negative errno with *ret_error naming the step.
+ * The child is not reaped here: it has exited then, and its pidfd says so.
+ * Frees the handle either way. */
+int spawn_release(SpawnPending *sp, char **ret_error);
+
+/* Drops a deferred child's handle without releasing it: without its byte it
+ * exits (127) before exec. No-op on a handle with gofd -1. */
+void spawn_pending_drop(SpawnPending *sp);
 
 /* Forks and execs a kernel in its own session and process group, with a
  * pidfd for it taken before anything can reap it. Waits for the exec to

@@ -111,27 +111,8 @@ static int json_get_id(const json_t *j, const char *field, char ret[37]) {
         return 0;
 }
 
-/* Serialises j the way all our state files look, with a trailing newline. NULL on OOM. */
-static char *state_json_format(const json_t *j) {
-        _cleanup_free_ char *s = NULL;
-        char *t;
-        size_t n;
-
-        s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-        if (!s)
-                return NULL;
-        n = strlen(s);
-        t = malloc(n + 2);
-        if (!t) {
-                explicit_bzero(s, n);
-                return NULL;
-        }
-        memcpy(t, s, n);
-        t[n] = '\n';
-        t[n + 1] = '\0';
-        explicit_bzero(s, n);
-        return t;
-}
+/* The way all our state files look. */
+#define STATE_JSON_FLAGS (JSON_INDENT(2) | JSON_SORT_KEYS)
 
 static int supervisor_state_from_json(const json_t *j, SupervisorState *ret) {
         SupervisorState s = {};
@@ -203,7 +184,7 @@ int state_supervisor_start(int state_dirfd, SupervisorState *ret) {
         j = supervisor_state_to_json(&s);
         if (!j)
                 return -ENOMEM;
-        out = state_json_format(j);
+        out = json_dump_line(j, STATE_JSON_FLAGS);
         if (!out)
                 return -ENOMEM;
         r = write_file_atomic_at(state_dirfd, SUPERVISOR_FILE, out, strlen(out), 0600, (uid_t) -1, (gid_t) -1);
@@ -472,7 +453,7 @@ int context_state_save(int state_dirfd, const char *name, const ContextState *s)
                 return -EINVAL;
         if (r < 0)
                 return r;
-        text = state_json_format(j);
+        text = json_dump_line(j, STATE_JSON_FLAGS);
         if (!text)
                 return -ENOMEM;
         len = strlen(text);

@@ -480,6 +480,90 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
 
 /* JSON strings must be UTF-8. A text that is not (a path, a kernel's output) is kept with its non-ASCII bytes
  * replaced rather than lost. */
+size_t strv_length(char *const *v) {
+        size_t n = 0;
+
+        while (v && v[n])
+                n++;
+        return n;
+}
+
+int strv_push(char ***v, size_t *n, char *s) {
+        char **w;
+
+        if (!s)
+                return -ENOMEM;
+        w = reallocarray(*v, *n + 2, sizeof(char *));
+        if (!w) {
+                free(s);
+                return -ENOMEM;
+        }
+        w[(*n)++] = s;
+        w[*n] = NULL;
+        *v = w;
+        return 0;
+}
+
+int strv_copy(char *const *v, char ***ret) {
+        _cleanup_strv_free_ char **w = NULL;
+        size_t n = strv_length(v);
+
+        w = calloc(n + 1, sizeof(char *));
+        if (!w)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                w[i] = strdup(v[i]);
+                if (!w[i])
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(w);
+        return 0;
+}
+
+bool strv_equal(char *const *a, char *const *b) {
+        size_t n = strv_length(a);
+
+        if (n != strv_length(b))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!streq(a[i], b[i]))
+                        return false;
+        return true;
+}
+
+int strv_env_set(char ***env, size_t *n, char *kv) {
+        size_t klen;
+
+        if (!kv)
+                return -ENOMEM;
+        klen = strcspn(kv, "=");
+        for (size_t i = 0; i < *n; i++)
+                if (strncmp((*env)[i], kv, klen) == 0 && (*env)[i][klen] == kv[klen]) {
+                        free((*env)[i]);
+                        (*env)[i] = kv;
+                        return 0;
+                }
+        return strv_push(env, n, kv);
+}
+
+char *json_dump_line(const json_t *j, size_t flags) {
+        _cleanup_free_ char *s = json_dumps(j, flags);
+        char *t;
+        size_t n;
+
+        if (!s)
+                return NULL;
+        n = strlen(s);
+        t = malloc(n + 2);
+        if (t) {
+                memcpy(t, s, n);
+                t[n] = '\n';
+                t[n + 1] = '\0';
+        }
+        explicit_bzero(s, n);
+        return t;
+}
+
 json_t *json_string_lossy(const char *s) {
         _cleanup_free_ char *copy = NULL;
         json_t *v;

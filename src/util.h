@@ -80,6 +80,23 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size);
 /* A JSON string of s; text that is not UTF-8 has its non-ASCII bytes replaced by '?'. NULL on out of memory. */
 json_t *json_string_lossy(const char *s);
 
+/* NULL-terminated string vectors (freed with strv_free()). A NULL vector is empty. */
+size_t strv_length(char *const *v);
+/* Appends s to *v (whose length is *n), taking ownership of s in every case; s NULL: -ENOMEM. */
+int strv_push(char ***v, size_t *n, char *s);
+/* A deep copy. */
+int strv_copy(char *const *v, char ***ret);
+/* The same strings in the same order. */
+bool strv_equal(char *const *a, char *const *b);
+
+/* Sets "K=V" in the environment vector *env (of *n entries): a variable already there is replaced in place, so
+ * the first place it was set keeps the order; a new one is appended. Takes kv in every case; NULL: -ENOMEM. */
+int strv_env_set(char ***env, size_t *n, char *kv);
+
+/* json_dumps(j, flags) with a trailing newline, as text files and protocol lines end (jansson adds none).
+ * The intermediate text is wiped: it may hold a connection key. Newly allocated; NULL on out of memory. */
+char *json_dump_line(const json_t *j, size_t flags);
+
 /* Splits "dir/name" into a newly allocated dir (or ".") and a pointer to the name. */
 int path_split(const char *path, char **ret_dir, const char **ret_name);
 /* The absolute path with empty components, "." and ".." resolved by their text alone, without looking at the

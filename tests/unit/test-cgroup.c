@@ -1,5 +1,5 @@
 /* Finding a process's OOM-kill counter: /proc/PID/cgroup parsing for v2 and v1, keyed files; and
- * limits_oom_killed's reading of it against the count at launch, which the integration tests reach only
+ * resources_oom_killed's reading of it against the count at launch, which the integration tests reach only
  * through the v1 eventfd on hosts like these. */
 #include <errno.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include "resources.h"
 #include "tap.h"
 
-/* Replaces the counter file's text in place (the fd limits_oom_killed reads with pread). */
+/* Replaces the counter file's text in place (the fd resources_oom_killed reads with pread). */
 static void counter_set(int fd, const char *text) {
         if (ftruncate(fd, 0) < 0 || pwrite(fd, text, strlen(text), 0) != (ssize_t) strlen(text))
                 abort();
@@ -30,30 +30,30 @@ static void test_oom_killed(void) {
         Limits l = { .oom_fd = fd, .oom_efd = -1, .oom_base = 2, .oom_known = true };
 
         counter_set(fd, "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
-        ok(!limits_oom_killed(&l), "v1 counter at its launch value (2): no OOM kill");
+        ok(!resources_oom_killed(&l), "v1 counter at its launch value (2): no OOM kill");
         counter_set(fd, "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
-        ok(limits_oom_killed(&l), "v1 counter above its launch value (3 > 2): an OOM kill");
+        ok(resources_oom_killed(&l), "v1 counter above its launch value (3 > 2): an OOM kill");
         counter_set(fd, "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
-        ok(!limits_oom_killed(&l), "counter below its launch value (1 < 2): no OOM kill");
+        ok(!resources_oom_killed(&l), "counter below its launch value (1 < 2): no OOM kill");
         counter_set(fd, "low 0\nhigh 0\nmax 4\noom 3\noom_kill 2\n");
-        ok(!limits_oom_killed(&l), "v2 memory.events: oom 3 is not oom_kill (2): no OOM kill");
+        ok(!resources_oom_killed(&l), "v2 memory.events: oom 3 is not oom_kill (2): no OOM kill");
         counter_set(fd, "low 0\nhigh 0\nmax 4\noom 3\noom_kill 5\n");
-        ok(limits_oom_killed(&l), "v2 memory.events: oom_kill 5 > 2: an OOM kill");
+        ok(resources_oom_killed(&l), "v2 memory.events: oom_kill 5 > 2: an OOM kill");
         counter_set(fd, "under_oom 0\n");
-        ok(!limits_oom_killed(&l), "a counter file without oom_kill: no OOM kill");
+        ok(!resources_oom_killed(&l), "a counter file without oom_kill: no OOM kill");
 
         counter_set(fd, "oom_kill 9\n");
         l.oom_known = false;
-        ok(!limits_oom_killed(&l), "no counter read at launch: never an OOM kill");
+        ok(!resources_oom_killed(&l), "no counter read at launch: never an OOM kill");
         l.oom_known = true;
 
         /* v1: the eventfd the kernel signals at an OOM answers first, even if the counter says nothing. */
         counter_set(fd, "oom_kill 2\n");
         l.oom_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        ok(!limits_oom_killed(&l), "v1 eventfd not signalled, counter unchanged: no OOM kill");
+        ok(!resources_oom_killed(&l), "v1 eventfd not signalled, counter unchanged: no OOM kill");
         if (write(l.oom_efd, &one, sizeof one) != (ssize_t) sizeof one)
                 abort();
-        ok(limits_oom_killed(&l), "v1 eventfd signalled: an OOM kill");
+        ok(resources_oom_killed(&l), "v1 eventfd signalled: an OOM kill");
         close(l.oom_efd);
         close(fd);
 }
@@ -106,6 +106,31 @@ int main(void) {
         int r = cgroup_oom_kills(getpid(), &v);
         ok(r == 0 || r == -ENOENT, "own cgroup: a count or -ENOENT (got %d)", r);
         is_int(cgroup_oom_kills(0x7ffffff0, &v), -ENOENT, "no such process: -ENOENT");
+
+        /* Where a process sits: the v2 line, a v1 controller among several, a named hierarchy. */
+        static const char text[] = "12:pids:/p\n11:cpu,cpuacct:/c\n1:name=systemd:/s\n0::/v2/k\n";
+        char *q = cgroup_proc_path(text, NULL);
+        is_str(q, "/v2/k", "the v2 path comes from the 0:: line");
+        free(q);
+        q = cgroup_proc_path(text, "cpu");
+        is_str(q, "/c", "cpu found in cpu,cpuacct");
+        free(q);
+        q = cgroup_proc_path(text, "cpuacct");
+        is_str(q, "/c", "cpuacct found in cpu,cpuacct");
+        free(q);
+        q = cgroup_proc_path(text, "name=systemd");
+        is_str(q, "/s", "the name=systemd hierarchy");
+        free(q);
+        ok(!cgroup_proc_path(text, "cp"), "a prefix of a controller is not the controller");
+        ok(!cgroup_proc_path("12:pids:/p\n", NULL), "no 0:: line: no v2 path");
+        ok(!cgroup_proc_path("5::/x\n", NULL), "an empty controller list under another id is not v2");
+        q = cgroup_proc_path("0::/last", NULL);
+        is_str(q, "/last", "a last line without newline");
+        free(q);
+        q = cgroup_pid_path(getpid(), NULL);
+        _cleanup_free_ char *q1 = cgroup_pid_path(getpid(), "memory");
+        ok(q || q1, "this process has a v2 path or a v1 memory path");
+        free(q);
 
         test_oom_killed();
         return tap_done();
