@@ -909,7 +909,7 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
                         *ret_error = NULL;
                 return r;
         }
-        return resources_apply_async(c->sup->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
+        return resources_apply_async(c->host->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
                        ? SPAWN_DEFER
                        : 0;
 }
