@@ -518,8 +518,7 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_AUTOSTART] = CONTEXT_KEY("autostart", parse_bool, autostart, VALUE_BOOL),
         [KEY_START_TIMEOUT] = CONTEXT_KEY("start_timeout", parse_duration_positive, start_timeout, VALUE_USEC),
         [KEY_STOP_TIMEOUT] = CONTEXT_KEY("stop_timeout", parse_duration_positive, stop_timeout, VALUE_USEC),
-        [KEY_START_LIMIT_BURST] =
-                CONTEXT_KEY("start_limit_burst", parse_count, start_limit_burst, VALUE_UNSIGNED),
+        [KEY_START_LIMIT_BURST] = CONTEXT_KEY("start_limit_burst", parse_count, start_limit_burst, VALUE_UNSIGNED),
         [KEY_START_LIMIT_INTERVAL] =
                 CONTEXT_KEY("start_limit_interval", parse_duration_positive, start_limit_interval, VALUE_USEC),
         [KEY_FAILED_COOLDOWN] = CONTEXT_KEY("failed_cooldown", parse_duration_positive, failed_cooldown, VALUE_USEC),
@@ -528,8 +527,7 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_BACKOFF_RESET] = CONTEXT_KEY("backoff_reset", parse_duration_positive, backoff_reset, VALUE_USEC),
         [KEY_HEARTBEAT_INTERVAL] =
                 CONTEXT_KEY("heartbeat_interval", parse_duration_positive, heartbeat_interval, VALUE_USEC),
-        [KEY_HEARTBEAT_MISSES] =
-                CONTEXT_KEY("heartbeat_misses", parse_count, heartbeat_misses, VALUE_UNSIGNED),
+        [KEY_HEARTBEAT_MISSES] = CONTEXT_KEY("heartbeat_misses", parse_count, heartbeat_misses, VALUE_UNSIGNED),
         [KEY_UNRESPONSIVE_RESTART] =
                 CONTEXT_KEY("unresponsive_restart", parse_duration_or_no, unresponsive_restart, VALUE_USEC),
         [KEY_OUTPUT_LIMIT] = CONTEXT_KEY("output_limit", parse_size, output_limit, VALUE_SIZE),

@@ -28,39 +28,39 @@ typedef struct ConfigSource {
 /* Settings of one context. [defaults] fills these first; [context:NAME] overrides. */
 typedef struct ContextConfig {
         char *name;
-        ConfigSource source;    /* the [context:NAME] header */
-        char **argv;            /* NULL-terminated; may contain {kernel_file} and {name} */
+        ConfigSource source; /* the [context:NAME] header */
+        char **argv;         /* NULL-terminated; may contain {kernel_file} and {name} */
         RestartPolicy restart;
-        char *connection_file;  /* absolute, normalized; default <runtime_dir>/connections/<name>.json */
+        char *connection_file;          /* absolute, normalized; default <runtime_dir>/connections/<name>.json */
         bool connection_file_published; /* it lies in <runtime_dir>/connections, the daemon's own directory */
-        char *user;             /* NULL: the daemon's own user */
-        char *group;            /* NULL: the user's primary group */
-        char *cwd;              /* NULL: the user's home, or / */
-        char **env;             /* "K=V", NULL-terminated, in file order; never NULL */
+        char *user;                     /* NULL: the daemon's own user */
+        char *group;                    /* NULL: the user's primary group */
+        char *cwd;                      /* NULL: the user's home, or / */
+        char **env;                     /* "K=V", NULL-terminated, in file order; never NULL */
         bool autostart;
-        usec_t start_timeout;   /* spawn to kernel_info reply; default 30 s */
-        usec_t stop_timeout;    /* shutdown_request/SIGTERM to SIGKILL; default 10 s */
-        unsigned start_limit_burst;  /* failed starts ... default 5 */
-        usec_t start_limit_interval; /* ... within this window make it failed; default 60 s */
-        usec_t failed_cooldown;      /* failed is retried after this; default 5 min */
+        usec_t start_timeout;            /* spawn to kernel_info reply; default 30 s */
+        usec_t stop_timeout;             /* shutdown_request/SIGTERM to SIGKILL; default 10 s */
+        unsigned start_limit_burst;      /* failed starts ... default 5 */
+        usec_t start_limit_interval;     /* ... within this window make it failed; default 60 s */
+        usec_t failed_cooldown;          /* failed is retried after this; default 5 min */
         usec_t backoff_min, backoff_max; /* default 100 ms, 30 s */
-        usec_t backoff_reset;   /* ready this long resets the backoff; default 10 s */
-        usec_t heartbeat_interval;   /* heartbeat ping period while running; default 5 s */
-        unsigned heartbeat_misses;   /* this many unanswered pings make it unresponsive; default 3 */
-        usec_t unresponsive_restart; /* restart after unresponsive this long; 0 (default): never */
-        size_t output_limit;         /* bytes of output kept per cell; default 10 MiB */
+        usec_t backoff_reset;            /* ready this long resets the backoff; default 10 s */
+        usec_t heartbeat_interval;       /* heartbeat ping period while running; default 5 s */
+        unsigned heartbeat_misses;       /* this many unanswered pings make it unresponsive; default 3 */
+        usec_t unresponsive_restart;     /* restart after unresponsive this long; 0 (default): never */
+        size_t output_limit;             /* bytes of output kept per cell; default 10 MiB */
         /* Resource limits of the kernel (0: none), enforced by a systemd scope, a cgroup, or an rlimit. */
-        uint64_t memory_max;         /* bytes */
-        unsigned cpu_quota;          /* percent of one CPU */
+        uint64_t memory_max; /* bytes */
+        unsigned cpu_quota;  /* percent of one CPU */
         unsigned tasks_max;
-        Transport transport;         /* default ipc: only the context's user and root reach the kernel */
+        Transport transport; /* default ipc: only the context's user and root reach the kernel */
         /* After shutdown_request, SIGTERM follows this soon (ipykernel now and then ignores the request); SIGKILL
          * still comes at stop_timeout. Default 500 ms. */
         usec_t shutdown_grace;
 } ContextConfig;
 
 typedef struct Config {
-        char *path;             /* the main file */
+        char *path; /* the main file */
         char *socket_path;
         char *runtime_dir;
         char *state_dir;

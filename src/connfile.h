@@ -85,8 +85,8 @@ int port_is_free(const char *ip, uint16_t port);
  * -EADDRNOTAVAIL when the range has too few; -EINVAL when min is 0 or
  * min > max; port_is_free's errors other than "in use" are returned as is.
  * ret is written only on success. */
-int ports_allocate(const char *name, const char *ip, uint16_t min, uint16_t max, const uint16_t *taken,
-                   size_t n_taken, uint16_t ret[_CHANNEL_MAX]);
+int ports_allocate(const char *name, const char *ip, uint16_t min, uint16_t max, const uint16_t *taken, size_t n_taken,
+                   uint16_t ret[_CHANNEL_MAX]);
 
 /* ---- Unix sockets (transport ipc) ----
  * A context's sockets are <runtime_dir>/ipc/<name>/k-1 (shell) ... k-5 (hb):

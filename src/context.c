@@ -37,46 +37,46 @@
 
 struct Context {
         const ContextHost *host; /* borrowed */
-        ContextConfig *cfg;     /* owned: a copy, so a reload can replace the Config */
+        ContextConfig *cfg;      /* owned: a copy, so a reload can replace the Config */
         char *name;
 
         ContextStateKind state;
         bool want_running;
-        bool restart_pending;   /* stop in progress, then launch at once */
+        bool restart_pending; /* stop in progress, then launch at once */
 
-        ContextState st;        /* persisted */
-        SpawnUser user;         /* resolved at launch */
+        ContextState st; /* persisted */
+        SpawnUser user;  /* resolved at launch */
         bool user_resolved;
 
-        pid_t pid;              /* 0 when no process */
+        pid_t pid; /* 0 when no process */
         int pidfd;
-        uv_poll_t *pid_poll;    /* NULL when none; freed in its close callback */
+        uv_poll_t *pid_poll; /* NULL when none; freed in its close callback */
         KernelConn *conn;
-        size_t max_message;     /* conn's bound on one frame, from output_limit when it was made */
-        ExecQueue *exec;        /* cells, one at a time; outlives kernels */
-        bool deadline_hit;      /* the start deadline killed it */
-        bool adopting;          /* the process is an earlier daemon's kernel, not launched by us */
+        size_t max_message;       /* conn's bound on one frame, from output_limit when it was made */
+        ExecQueue *exec;          /* cells, one at a time; outlives kernels */
+        bool deadline_hit;        /* the start deadline killed it */
+        bool adopting;            /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
-        Limits limits;          /* where the kernel's limits come from, its OOM counter */
-        SpawnPending release;   /* the forked kernel waiting for its scope before exec; gofd -1 when none */
-        char *pending_error;    /* why the current launch failed, set before its exit */
-        char *save_error;       /* why st is not on disk (the last save failed); NULL when it is */
-        bool conn_saved;        /* st's ports and key are on disk as they are now */
+        Limits limits;            /* where the kernel's limits come from, its OOM counter */
+        SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
+        char *pending_error;      /* why the current launch failed, set before its exit */
+        char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
+        bool conn_saved;          /* st's ports and key are on disk as they are now */
         struct {
                 char kernel_id[37];
                 uint64_t incarnation;
                 unsigned restarts;
-        } prev;                 /* the identity before this launch, taken back when it is not launched */
+        } prev; /* the identity before this launch, taken back when it is not launched */
 
-        uv_timer_t timer;       /* start deadline, backoff, cool-down, stop escalation */
-        uv_timer_t info_timer;  /* kernel_info resend while starting; backoff reset while ready */
-        uv_timer_t hb_timer;    /* heartbeat pings while running */
-        bool hb_outstanding;    /* a ping has not come back yet */
-        unsigned hb_missed;     /* consecutive pings that did not come back within an interval */
-        uint64_t hb_answers;    /* pings answered, ever */
+        uv_timer_t timer;          /* start deadline, backoff, cool-down, stop escalation */
+        uv_timer_t info_timer;     /* kernel_info resend while starting; backoff reset while ready */
+        uv_timer_t hb_timer;       /* heartbeat pings while running */
+        bool hb_outstanding;       /* a ping has not come back yet */
+        unsigned hb_missed;        /* consecutive pings that did not come back within an interval */
+        uint64_t hb_answers;       /* pings answered, ever */
         usec_t unresponsive_since; /* CLOCK_MONOTONIC */
-        int stop_phase;         /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
-        unsigned failures;      /* consecutive, for the backoff */
+        int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
+        unsigned failures;         /* consecutive, for the backoff */
         StartLimit limit;
         int n_open_handles;
 };
@@ -485,8 +485,7 @@ static void info_timer_cb(uv_timer_t *t) {
                 /* Once the kernel has answered, only the iopub subscription is missing:
                  * each request makes it publish again. */
                 send_kernel_info(c);
-        }
-        else if (c->state == CONTEXT_READY || c->state == CONTEXT_BUSY) {
+        } else if (c->state == CONTEXT_READY || c->state == CONTEXT_BUSY) {
                 /* Ready long enough: the next failure starts the backoff from the beginning. */
                 c->failures = 0;
                 uv_timer_stop(t);
@@ -689,8 +688,8 @@ static void context_schedule_restart(Context *c) {
         uint32_t rnd = 0;
 
         if (start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
-                log_error("%s: %u failed starts within %s; failed, retrying in %s", c->name,
-                          c->cfg->start_limit_burst, format_duration(d, sizeof d, c->cfg->start_limit_interval),
+                log_error("%s: %u failed starts within %s; failed, retrying in %s", c->name, c->cfg->start_limit_burst,
+                          format_duration(d, sizeof d, c->cfg->start_limit_interval),
                           format_duration(d2, sizeof d2, c->cfg->failed_cooldown));
                 c->failures = 0;
                 uv_timer_start(&c->timer, timer_launch_cb, c->cfg->failed_cooldown / USEC_PER_MSEC, 0);
@@ -772,8 +771,7 @@ static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
                 }
                 size_t l = strlen(note);
                 snprintf(note + l, sizeof note - l, "%s%s port %u %s; moved to %u", l ? ", " : "",
-                         channel_to_string(ch), port, in_range ? "was in use" : "is outside port_range",
-                         fresh[used]);
+                         channel_to_string(ch), port, in_range ? "was in use" : "is outside port_range", fresh[used]);
                 c->st.conn.ports[ch] = fresh[used++];
                 c->conn_saved = false;
         }
@@ -1222,7 +1220,8 @@ int context_adopt(Context *c, char **ret_reason) {
                 return 0;
         /* A pid of this boot whose start time differs is another process now: never touch it. */
         if (start != c->st.pid_starttime) {
-                if (asprintf(ret_reason, "pid %d is another process now (start time differs); not adopted", (int) pid) < 0)
+                if (asprintf(ret_reason, "pid %d is another process now (start time differs); not adopted",
+                             (int) pid) < 0)
                         *ret_reason = NULL;
                 return 0;
         }
@@ -1233,7 +1232,8 @@ int context_adopt(Context *c, char **ret_reason) {
         if (getpgid(pid) != pid || !c->st.has_conn) {
                 end_process(pid, fd);
                 if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
-                             !c->st.has_conn ? "its ports and key are not in the state" : "it no longer leads its process group") < 0)
+                             !c->st.has_conn ? "its ports and key are not in the state"
+                                             : "it no longer leads its process group") < 0)
                         *ret_reason = NULL;
                 return -EPERM;
         }
@@ -1351,10 +1351,7 @@ json_t *context_to_json(const Context *c) {
                         snprintf(sig, sizeof sig, "%d", c->st.last_exit.signal);
                 const ExitInfo *e = &c->st.last_exit;
                 /* reason: one word for scripts; oom-kill only when the memory cgroup said so. */
-                const char *reason = e->oom      ? "oom-kill"
-                                     : e->unknown ? "unknown"
-                                     : e->signal  ? "signal"
-                                                  : "exit-code";
+                const char *reason = e->oom ? "oom-kill" : e->unknown ? "unknown" : e->signal ? "signal" : "exit-code";
                 last_exit = json_pack("{s:o, s:o, s:b, s:s, s:o}", "code",
                                       e->signal || e->unknown ? json_null() : json_integer(e->code), "signal",
                                       e->signal ? json_string(sig) : json_null(), "oom", e->oom, "reason", reason,
@@ -1366,19 +1363,17 @@ json_t *context_to_json(const Context *c) {
         Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
         const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
 
-        return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}",
-                         "name", c->name,
-                         "state",
-                         context_state_to_string(c->state), "pid", running ? json_integer(c->pid) : json_null(),
-                         "kernel_id", c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(),
-                         "incarnation", (json_int_t) c->st.incarnation, "restarts", (json_int_t) c->st.restarts,
-                         "started_at", running ? json_timestamp(c->st.started_at) : json_null(), "uptime",
-                         running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6)
-                                                            : json_null(),
-                         "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
-                         context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
-                         count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity),
-                         "queued", (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits),
-                         "transport", transport_to_string(transport), "transport_note",
-                         note ? json_string(note) : json_null());
+        return json_pack(
+                "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
+                c->name, "state", context_state_to_string(c->state), "pid",
+                running ? json_integer(c->pid) : json_null(), "kernel_id",
+                c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(), "incarnation",
+                (json_int_t) c->st.incarnation, "restarts", (json_int_t) c->st.restarts, "started_at",
+                running ? json_timestamp(c->st.started_at) : json_null(), "uptime",
+                running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6) : json_null(),
+                "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
+                context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
+                count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity), "queued",
+                (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits), "transport",
+                transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
 }

@@ -94,9 +94,9 @@ int context_forget(Context *c);
 /* The sandbox was frozen: restart the deadlines from now. */
 void context_resumed(Context *c);
 
-void context_start(Context *c);    /* want it running: launch now unless running */
-void context_stop(Context *c);     /* want it stopped: shutdown_request, SIGTERM, SIGKILL */
-void context_restart(Context *c);  /* stop, then launch at once (no backoff) */
+void context_start(Context *c);   /* want it running: launch now unless running */
+void context_stop(Context *c);    /* want it stopped: shutdown_request, SIGTERM, SIGKILL */
+void context_restart(Context *c); /* stop, then launch at once (no backoff) */
 
 /* Frees a stopped context (closes its handles; memory goes after the last
  * close callback). */

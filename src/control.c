@@ -92,8 +92,8 @@ struct ControlConnection {
         bool shutting_down; /* flushing a last error before closing */
         /* uv_now() by which a complete request line must have come; 0 while a request is open. */
         uint64_t idle_deadline;
-        bool idle_grace; /* the deadline passed with bytes unread, and got one more loop iteration */
-        bool read_paused;   /* backpressure: the peer has CONTROL_READ_PAUSE unread */
+        bool idle_grace;        /* the deadline passed with bytes unread, and got one more loop iteration */
+        bool read_paused;       /* backpressure: the peer has CONTROL_READ_PAUSE unread */
         size_t write_allowance; /* the most any of its requests may leave unread, beyond CONTROL_MAX_WRITE_QUEUE */
         char *rbuf;
         char *line; /* a partial line, waiting for its newline */

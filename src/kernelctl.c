@@ -1245,7 +1245,10 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
         const struct {
                 const char *key, *value;
         } settings[] = {
-                { "user", o->user }, { "group", o->group }, { "cwd", o->cwd }, { "connection_file", o->connection_file },
+                { "user", o->user },
+                { "group", o->group },
+                { "cwd", o->cwd },
+                { "connection_file", o->connection_file },
         };
         json_auto_t *report = NULL;
         json_t *params, *env;
@@ -1255,7 +1258,8 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
                 return usage_error("invalid context name: '%s' (expected [A-Za-z0-9_.-]{1,64})", args[0]);
         if (args[0][0] == '.')
                 return usage_error("invalid context name: '%s' (a name starting with '.' would be a hidden file, "
-                                   "which contexts_dir ignores)", args[0]);
+                                   "which contexts_dir ignores)",
+                                   args[0]);
         params = json_pack("{s:s}", "context", args[0]);
         env = json_array();
         if (!params || !env || json_object_set_new(params, "env", env) < 0)
@@ -1301,7 +1305,7 @@ static int cmd_remove(const Options *o, char **args, unsigned n_args) {
 }
 
 static const Command commands[] = {
-        { "reload", 0, 0, cmd_reload }, { "add", 1, 1, cmd_add }, { "remove", 1, 1, cmd_remove },
+        { "reload", 0, 0, cmd_reload },        { "add", 1, 1, cmd_add },          { "remove", 1, 1, cmd_remove },
         { "status", 0, UINT_MAX, cmd_status }, { "start", 1, 1, cmd_start },      { "stop", 1, 1, cmd_stop },
         { "restart", 1, 1, cmd_restart },      { "exec", 1, 2, cmd_exec },        { "interrupt", 1, 1, cmd_interrupt },
         { "check", 1, 1, cmd_check },          { "wait", 0, UINT_MAX, cmd_wait }, { "version", 0, 0, cmd_version },

@@ -57,9 +57,12 @@ static int parse_log_level(const char *s) {
 int main(int argc, char *argv[]) {
         enum { OPT_LOG_LEVEL = 0x100, OPT_VERSION };
         static const struct option options[] = {
-                { "config", required_argument, NULL, 'c' },   { "check-config", no_argument, NULL, 't' },
-                { "log-level", required_argument, NULL, OPT_LOG_LEVEL }, { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, OPT_VERSION },   {},
+                { "config", required_argument, NULL, 'c' },
+                { "check-config", no_argument, NULL, 't' },
+                { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, OPT_VERSION },
+                {},
         };
         _cleanup_free_ char *config_path = NULL, *runtime_dir = NULL, *state_dir = NULL, *contexts_dir = NULL,
                             *error = NULL;
@@ -102,7 +105,8 @@ int main(int argc, char *argv[]) {
         }
 
         if (!config_path)
-                config_path = env_dir("CONFIGURATION_DIRECTORY", "/kernelsup.ini", SYSCONFDIR "/kernelsup/kernelsup.ini");
+                config_path =
+                        env_dir("CONFIGURATION_DIRECTORY", "/kernelsup.ini", SYSCONFDIR "/kernelsup/kernelsup.ini");
         runtime_dir = env_dir("RUNTIME_DIRECTORY", "", RUNSTATEDIR "/kernelsup");
         state_dir = env_dir("STATE_DIRECTORY", "", LOCALSTATEDIR "/lib/kernelsup");
         /* contexts.d lives beside the main file, wherever that is (the unit names it; packaging may not be /etc). */
@@ -130,7 +134,8 @@ int main(int argc, char *argv[]) {
                 return 1;
         }
         if (check_only) {
-                printf("%s: OK (%zu context%s)\n", config_path, config->n_contexts, config->n_contexts == 1 ? "" : "s");
+                printf("%s: OK (%zu context%s)\n", config_path, config->n_contexts,
+                       config->n_contexts == 1 ? "" : "s");
                 config_free(config);
                 return 0;
         }

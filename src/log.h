@@ -10,12 +10,12 @@ extern int log_max_level;
 
 void log_internal(int level, int error, const char *fmt, ...) _printf_(3, 4);
 
-#define log_full_errno(level, error, ...)                                   \
-        ({                                                                  \
-                int _e_ = (error) < 0 ? -(error) : (error);                 \
-                if ((level) <= log_max_level)                               \
-                        log_internal((level), _e_, __VA_ARGS__);            \
-                -_e_;                                                       \
+#define log_full_errno(level, error, ...)                                                                             \
+        ({                                                                                                            \
+                int _e_ = (error) < 0 ? -(error) : (error);                                                           \
+                if ((level) <= log_max_level)                                                                         \
+                        log_internal((level), _e_, __VA_ARGS__);                                                      \
+                -_e_;                                                                                                 \
         })
 
 /* The *_errno forms set errno for %m and return the negative error. */

@@ -14,18 +14,18 @@
 
 /* Take ownership of a pointer: returns it and leaves NULL behind, so the
  * cleanup handler of the source variable does nothing. */
-#define TAKE_PTR(p)                        \
-        ({                                 \
-                __typeof__(p) _p_ = (p);   \
-                (p) = NULL;                \
-                _p_;                       \
+#define TAKE_PTR(p)                                                                                                   \
+        ({                                                                                                            \
+                __typeof__(p) _p_ = (p);                                                                              \
+                (p) = NULL;                                                                                           \
+                _p_;                                                                                                  \
         })
 
-#define TAKE_FD(fd)                        \
-        ({                                 \
-                int _fd_ = (fd);           \
-                (fd) = -1;                 \
-                _fd_;                      \
+#define TAKE_FD(fd)                                                                                                   \
+        ({                                                                                                            \
+                int _fd_ = (fd);                                                                                      \
+                (fd) = -1;                                                                                            \
+                _fd_;                                                                                                 \
         })
 
 static inline void freep(void *p) {

@@ -3,10 +3,9 @@
 #include "policy.h"
 
 static const char *const state_names[_CONTEXT_STATE_MAX] = {
-        [CONTEXT_STOPPED] = "stopped",   [CONTEXT_STARTING] = "starting",
-        [CONTEXT_READY] = "ready",       [CONTEXT_BUSY] = "busy",
-        [CONTEXT_UNRESPONSIVE] = "unresponsive", [CONTEXT_BACKOFF] = "backoff",
-        [CONTEXT_FAILED] = "failed",     [CONTEXT_STOPPING] = "stopping",
+        [CONTEXT_STOPPED] = "stopped", [CONTEXT_STARTING] = "starting",         [CONTEXT_READY] = "ready",
+        [CONTEXT_BUSY] = "busy",       [CONTEXT_UNRESPONSIVE] = "unresponsive", [CONTEXT_BACKOFF] = "backoff",
+        [CONTEXT_FAILED] = "failed",   [CONTEXT_STOPPING] = "stopping",
 };
 
 const char *context_state_to_string(ContextStateKind s) {

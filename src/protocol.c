@@ -69,7 +69,6 @@ static int message_set_id(json_t *j, const json_t *id) {
         return json_object_set_new(j, "id", id ? json_incref((json_t *) id) : json_null());
 }
 
-
 char *protocol_request(long long id, const char *method, json_t *params) {
         json_auto_t *p = params;
         json_auto_t *j = message_new();

@@ -53,7 +53,7 @@ char *protocol_notification(const char *method, json_t *params);
  * fields are borrowed from it. params is an object ({} when absent). */
 typedef struct RpcRequest {
         json_t *root;
-        json_t *id;      /* NULL for a notification */
+        json_t *id; /* NULL for a notification */
         const char *method;
         json_t *params;
 } RpcRequest;
@@ -68,13 +68,13 @@ int protocol_parse_request(const char *line, size_t len, RpcRequest *ret, int *r
 /* A parsed incoming message (client side). */
 typedef enum RpcKind { RPC_RESULT, RPC_ERROR, RPC_NOTIFICATION } RpcKind;
 typedef struct RpcMessage {
-        json_t *root;    /* owns everything below */
+        json_t *root; /* owns everything below */
         RpcKind kind;
         json_t *id;
-        json_t *result;  /* RPC_RESULT */
-        int code;        /* RPC_ERROR */
+        json_t *result; /* RPC_RESULT */
+        int code;       /* RPC_ERROR */
         const char *message;
-        json_t *data;    /* RPC_ERROR, may be NULL */
+        json_t *data;       /* RPC_ERROR, may be NULL */
         const char *method; /* RPC_NOTIFICATION */
         json_t *params;
 } RpcMessage;

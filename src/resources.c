@@ -157,8 +157,8 @@ struct ScopeRequest {
         usec_t deadline;   /* CLOCK_MONOTONIC: the reply and the job together */
         char *job;         /* the start job's path, once systemd answered */
         bool finished;
-        bool flush;  /* a Job.Cancel is queued: write it before closing */
-        int result;  /* once finished: 0, or -errno with limits->note set */
+        bool flush; /* a Job.Cancel is queued: write it before closing */
+        int result; /* once finished: 0, or -errno with limits->note set */
         /* The launch this is part of. */
         ContextConfig want; /* only the limits (cc may be replaced by a reload meanwhile) */
         char *name;
@@ -921,8 +921,10 @@ static void limits_continue(const ContextConfig *cc, const char *name, pid_t pid
                 if (scope_r >= 0) {
                         limits_verify(cc, pid, l);
                         if (!limits_all(cc, l))
-                                note_set(l, "%s does not enforce every limit (are the cgroup controllers "
-                                         "delegated and writable?)", l->unit);
+                                note_set(l,
+                                         "%s does not enforce every limit (are the cgroup controllers "
+                                         "delegated and writable?)",
+                                         l->unit);
                 }
                 if (!limits_all(cc, l) && apply_cgroup(cc, name, pid, l) >= 0) {
                         limits_verify(cc, pid, l);
@@ -961,7 +963,7 @@ static void scope_complete(ScopeRequest *q) {
 }
 
 int resources_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
-                       LimitsDone done, void *userdata) {
+                          LimitsDone done, void *userdata) {
         int r = -ENOMEDIUM;
 
         *ret = (Limits){ .mechanism = LIMITS_NONE, .oom_fd = -1, .oom_efd = -1 };
@@ -1060,7 +1062,9 @@ void resources_release(Limits *l) {
 
 json_t *resources_to_json(const ContextConfig *cc, const Limits *l) {
         static const char *const names[] = {
-                [LIMITS_NONE] = "none", [LIMITS_SYSTEMD] = "systemd-scope", [LIMITS_CGROUP] = "cgroup",
+                [LIMITS_NONE] = "none",
+                [LIMITS_SYSTEMD] = "systemd-scope",
+                [LIMITS_CGROUP] = "cgroup",
                 [LIMITS_RLIMIT] = "rlimit",
         };
         json_t *enforced = json_array(), *not_enforced = json_array();

@@ -50,12 +50,12 @@ typedef struct Limits {
         char *oom_path;          /* the kernel's memory cgroup counter (memory.events / memory.oom_control) */
         /* Kept open from launch: systemd removes a scope's cgroup as soon as its last process is gone, so the
          * counter must be read through descriptors taken before. */
-        int oom_fd;              /* the counter file */
-        int oom_efd;             /* v1: an eventfd the kernel signals at an OOM in that cgroup */
-        uint64_t oom_base;       /* the count at launch */
+        int oom_fd;        /* the counter file */
+        int oom_efd;       /* v1: an eventfd the kernel signals at an OOM in that cgroup */
+        uint64_t oom_base; /* the count at launch */
         bool oom_known;
-        char *note;              /* why a limit is not enforced */
-        ScopeRequest *scope;     /* while systemd has not yet answered for the scope */
+        char *note;          /* why a limit is not enforced */
+        ScopeRequest *scope; /* while systemd has not yet answered for the scope */
 } Limits;
 
 bool resources_wanted(const ContextConfig *cc);
@@ -73,7 +73,7 @@ typedef void (*LimitsDone)(Limits *l, void *userdata);
  * resources_release() before that cancels it (done is then never called). Never
  * fails the launch: what could not be enforced is said in ret->note. */
 int resources_apply_async(uv_loop_t *loop, const ContextConfig *cc, const char *name, pid_t pid, Limits *ret,
-                       LimitsDone done, void *userdata);
+                          LimitsDone done, void *userdata);
 
 /* For an adopted kernel: what its cgroups show now, without changing them. */
 void resources_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);

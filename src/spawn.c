@@ -124,8 +124,8 @@ void spawn_user_done(SpawnUser *u) {
 
 static bool env_is_private(const char *e) {
         static const char *const names[] = {
-                "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
-                "LISTEN_FDNAMES", "JPY_PARENT_PID", "KERNELSUP_SOCKET",
+                "NOTIFY_SOCKET", "WATCHDOG_USEC",  "WATCHDOG_PID",   "LISTEN_FDS",
+                "LISTEN_PID",    "LISTEN_FDNAMES", "JPY_PARENT_PID", "KERNELSUP_SOCKET",
         };
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
                 size_t n = strlen(names[i]);
@@ -145,7 +145,10 @@ int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret) {
                         return r;
         if (u && u->name) {
                 const char *pairs[][2] = {
-                        { "USER", u->name }, { "LOGNAME", u->name }, { "HOME", u->home }, { "SHELL", u->shell },
+                        { "USER", u->name },
+                        { "LOGNAME", u->name },
+                        { "HOME", u->home },
+                        { "SHELL", u->shell },
                 };
                 for (size_t i = 0; i < ELEMENTSOF(pairs); i++) {
                         char *s;
@@ -228,14 +231,22 @@ fail:
 
 static const char *step_name(int step) {
         switch (step) {
-        case 1: return "setsid";
-        case 2: return "dup2";
-        case 3: return "setgroups";
-        case 4: return "setgid";
-        case 5: return "setuid";
-        case 6: return "chdir";
-        case 7: return "close_range";
-        default: return "exec";
+        case 1:
+                return "setsid";
+        case 2:
+                return "dup2";
+        case 3:
+                return "setgroups";
+        case 4:
+                return "setgid";
+        case 5:
+                return "setuid";
+        case 6:
+                return "chdir";
+        case 7:
+                return "close_range";
+        default:
+                return "exec";
         }
 }
 
@@ -353,8 +364,10 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
                 }
                 if (r == SPAWN_DEFER) {
                         child_wait_session(pid);
-                        *p->pending = (SpawnPending){ .gofd = gopipe[1], .errfd = errpipe[0],
-                                                      .exe = strdup(p->argv[0]), .cwd = strdup(p->cwd ?: "/") };
+                        *p->pending = (SpawnPending){ .gofd = gopipe[1],
+                                                      .errfd = errpipe[0],
+                                                      .exe = strdup(p->argv[0]),
+                                                      .cwd = strdup(p->cwd ?: "/") };
                         *ret_pid = pid;
                         *ret_pidfd = TAKE_FD(pidfd);
                         return 0;

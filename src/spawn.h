@@ -13,10 +13,10 @@ void spawn_raise_nofile(void);
 
 /* A resolved identity for the child. */
 typedef struct SpawnUser {
-        bool change;       /* false: keep the daemon's identity */
+        bool change; /* false: keep the daemon's identity */
         uid_t uid;
         gid_t gid;
-        gid_t *groups;     /* supplementary groups, from getgrouplist */
+        gid_t *groups; /* supplementary groups, from getgrouplist */
         int n_groups;
         char *name;
         char *home;
@@ -37,11 +37,11 @@ void spawn_user_done(SpawnUser *u);
 int spawn_env_build(const SpawnUser *u, char *const *extra, char ***ret);
 
 typedef struct SpawnParams {
-        char *const *argv;  /* argv[0] is an absolute path */
+        char *const *argv; /* argv[0] is an absolute path */
         char *const *env;
-        const char *cwd;    /* NULL: "/" */
+        const char *cwd; /* NULL: "/" */
         const SpawnUser *user;
-        int stdout_fd;      /* the child's stdout and stderr; stdin is /dev/null */
+        int stdout_fd; /* the child's stdout and stderr; stdin is /dev/null */
         /* Called in the parent while the child waits just before exec (to record
          * its pid, to place it in a cgroup); may be NULL. A negative errno
          * refuses the launch: the child never execs, and *ret_error (may be
@@ -56,9 +56,9 @@ typedef struct SpawnParams {
 
 /* A forked child waiting before exec for spawn_release(). Owns both descriptors. */
 typedef struct SpawnPending {
-        int gofd;   /* -1: none */
+        int gofd; /* -1: none */
         int errfd;
-        char *exe;  /* for the message: argv[0] and cwd */
+        char *exe; /* for the message: argv[0] and cwd */
         char *cwd;
 } SpawnPending;
 

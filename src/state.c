@@ -216,7 +216,6 @@ static json_t *exit_info_to_json(const ExitInfo *e) {
                          json_uint(e->at));
 }
 
-
 json_t *context_state_to_json(const ContextState *s) {
         json_auto_t *j = NULL;
 

@@ -32,19 +32,19 @@ int state_supervisor_start(int state_dirfd, SupervisorState *ret);
 
 typedef struct ExitInfo {
         bool valid;
-        int code;          /* exit status, when signal == 0 */
-        int signal;        /* terminating signal, or 0 */
-        bool oom;          /* killed by the OOM killer, when the system told */
-        bool unknown;      /* it ended, but how is not ours to know (an adopted kernel is not our child) */
-        usec_t at;         /* CLOCK_REALTIME */
+        int code;     /* exit status, when signal == 0 */
+        int signal;   /* terminating signal, or 0 */
+        bool oom;     /* killed by the OOM killer, when the system told */
+        bool unknown; /* it ended, but how is not ours to know (an adopted kernel is not our child) */
+        usec_t at;    /* CLOCK_REALTIME */
 } ExitInfo;
 
 typedef struct ContextState {
         /* Kept across restarts and reboots. */
-        ConnectionInfo conn;    /* ports and key; conn.ip is not persisted */
+        ConnectionInfo conn; /* ports and key; conn.ip is not persisted */
         bool has_conn;
-        uint64_t incarnation;   /* +1 at every launch */
-        unsigned restarts;      /* launches after the first, since the daemon first saw it */
+        uint64_t incarnation; /* +1 at every launch */
+        unsigned restarts;    /* launches after the first, since the daemon first saw it */
         /* The current or last kernel process. */
         char kernel_id[37];     /* "" when never launched */
         pid_t pid;              /* 0 when not running */
@@ -52,7 +52,7 @@ typedef struct ContextState {
         char boot_id[37];       /* boot the pid belongs to */
         usec_t started_at;      /* CLOCK_REALTIME, 0 when never */
         ExitInfo last_exit;
-        char *last_error;       /* owned; NULL when none */
+        char *last_error; /* owned; NULL when none */
 } ContextState;
 
 void context_state_done(ContextState *s); /* frees last_error, zeroes */

@@ -75,12 +75,12 @@ typedef struct Waiter {
         struct Waiter *next;
         Supervisor *sup;
         ControlRequest *req;
-        Context *ctx;          /* NULL for WAIT_ALL */
-        json_t *names;         /* WAIT_ALL: the contexts, an array of strings */
+        Context *ctx;  /* NULL for WAIT_ALL */
+        json_t *names; /* WAIT_ALL: the contexts, an array of strings */
         WaitFor want;
-        bool probing;          /* WAIT_PROBE: a ping is out */
+        bool probing; /* WAIT_PROBE: a ping is out */
         uint64_t hb_base;
-        json_t *report;        /* WAIT_REMOVED: the answer (owned) */
+        json_t *report; /* WAIT_REMOVED: the answer (owned) */
         uv_timer_t timer;
 } Waiter;
 
@@ -254,7 +254,9 @@ static void waiter_timeout_cb(uv_timer_t *t) {
                 return;
         }
         snprintf(msg, sizeof msg, "%s: not %s within the timeout (state %s%s%s)", context_name(w->ctx),
-                 w->want == WAIT_STOPPED ? "stopped" : w->want == WAIT_PROBE && w->probing ? "answering" : "ready",
+                 w->want == WAIT_STOPPED               ? "stopped"
+                 : w->want == WAIT_PROBE && w->probing ? "answering"
+                                                       : "ready",
                  context_state_to_string(context_state(w->ctx)), context_last_error(w->ctx) ? ": " : "",
                  context_last_error(w->ctx) ?: "");
         waiter_answer(w, KS_ERR_TIMEOUT, json_pack("{s:o}", "context", context_to_json(w->ctx)), msg);
@@ -431,8 +433,8 @@ static int report_add(json_t *list, json_t *item) {
 
 int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error) {
         _cleanup_(config_freep) Config *new = NULL;
-        json_auto_t *added = json_array(), *removed = json_array(), *restarted = json_array(),
-                    *updated = json_array(), *not_applied = json_array();
+        json_auto_t *added = json_array(), *removed = json_array(), *restarted = json_array(), *updated = json_array(),
+                    *not_applied = json_array();
         Context **table = NULL, **created = NULL;
         size_t n_created = 0, unchanged = 0;
         ConfigDefaults d = {
@@ -574,9 +576,9 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                 supervisor_update_status(s);
         }
 
-        *ret_report = json_pack("{s:O, s:O, s:O, s:O, s:I, s:O}", "added", added, "removed", removed, "restarted",
-                                restarted, "updated", updated, "unchanged", (json_int_t) unchanged, "not_applied",
-                                not_applied);
+        *ret_report =
+                json_pack("{s:O, s:O, s:O, s:O, s:I, s:O}", "added", added, "removed", removed, "restarted", restarted,
+                          "updated", updated, "unchanged", (json_int_t) unchanged, "not_applied", not_applied);
         return *ret_report ? 0 : -ENOMEM;
 }
 
@@ -585,8 +587,7 @@ static void log_reload_report(const json_t *report) {
         json_t *v;
         size_t i;
 
-        json_array_foreach(json_object_get(report, "added"), i, v)
-                log_info("reload: added %s", json_string_value(v));
+        json_array_foreach(json_object_get(report, "added"), i, v) log_info("reload: added %s", json_string_value(v));
         json_array_foreach(json_object_get(report, "restarted"), i, v)
                 log_info("reload: restarted %s (%s)", json_string_value(json_object_get(v, "name")),
                          json_string_value(json_object_get(v, "reason")));
@@ -685,7 +686,8 @@ static int request_names(Supervisor *s, ControlRequest *req, json_t *params, jso
                 c = supervisor_find(s, json_string_value(v));
                 /* Another uid's context is answered as a missing one, so no name can be probed. */
                 if (!c || !peer_sees(control_request_peer(req), c)) {
-                        control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", json_string_value(v));
+                        control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s",
+                                              json_string_value(v));
                         return -1;
                 }
         }
@@ -842,11 +844,11 @@ static void cell_on_output(void *userdata, const json_t *output) {
 
 static void cell_on_done(void *userdata, const ExecResult *res) {
         CellRequest *cr = userdata;
-        json_t *body = json_pack("{s:s, s:o, s:o, s:O}", "status", exec_status_to_string(res->status),
-                                 "execution_count",
-                                 res->execution_count >= 0 ? json_integer(res->execution_count) : json_null(),
-                                 "kernel_id", res->kernel_id ? json_string(res->kernel_id) : json_null(), "outputs",
-                                 res->outputs ? res->outputs : json_array());
+        json_t *body =
+                json_pack("{s:s, s:o, s:o, s:O}", "status", exec_status_to_string(res->status), "execution_count",
+                          res->execution_count >= 0 ? json_integer(res->execution_count) : json_null(), "kernel_id",
+                          res->kernel_id ? json_string(res->kernel_id) : json_null(), "outputs",
+                          res->outputs ? res->outputs : json_array());
 
         control_request_set_cancel(cr->req, NULL, NULL);
         if (res->status == EXEC_DIED || res->status == EXEC_ABORTED)
@@ -936,7 +938,8 @@ static bool peer_may_configure(ControlRequest *req) {
 
         if (peer->uid == 0 || peer->uid == getuid())
                 return true;
-        control_request_error(req, KS_ERR_PERMISSION, NULL, "permission denied: only root may change the configuration");
+        control_request_error(req, KS_ERR_PERMISSION, NULL,
+                              "permission denied: only root may change the configuration");
         return false;
 }
 
@@ -947,8 +950,8 @@ static void reload_reply(Supervisor *s, ControlRequest *req, bool dry_run) {
 
         r = supervisor_reload_announced(s, dry_run, &report, &error);
         if (r < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s%s",
-                                             error ?: strerror(-r), error ? "" : "; nothing changed");
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s%s", error ?: strerror(-r),
+                                             error ? "" : "; nothing changed");
         control_request_reply(req, report);
 }
 
@@ -987,10 +990,11 @@ static bool add_value_writable(ControlRequest *req, const char *key, json_t *v) 
         shown = json_dumps(v, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
         if (shown && strlen(shown) > 80)
                 strcpy(shown + 72, "\"…");
-        control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                              "%s = %s cannot be written to an INI file so that it reads back the same: it %s; nothing "
-                              "was written",
-                              key, shown ?: "?", reason);
+        control_request_error(
+                req, RPC_INVALID_PARAMS, NULL,
+                "%s = %s cannot be written to an INI file so that it reads back the same: it %s; nothing "
+                "was written",
+                key, shown ?: "?", reason);
         return false;
 }
 
@@ -1016,7 +1020,8 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
         if (name[0] == '.')
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
                                              "invalid context name %s: a name starting with '.' would be a hidden "
-                                             "file, which contexts_dir ignores", name);
+                                             "file, which contexts_dir ignores",
+                                             name);
         if (supervisor_find(s, name))
                 return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
         if (env && !json_is_array(env))
@@ -1060,8 +1065,8 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
         if (asprintf(&file, "%s.ini", name) < 0)
                 return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
         if (faccessat(dirfd, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s/%s exists already",
-                                             s->config->contexts_dir, file);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s/%s exists already", s->config->contexts_dir,
+                                             file);
         r = write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
         if (r < 0)
                 return control_request_error(req, KS_ERR_FAILED, NULL, "cannot write %s/%s: %s",
@@ -1069,8 +1074,8 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
         r = supervisor_reload_announced(s, false, &report, &error);
         if (r < 0) {
                 (void) unlinkat(dirfd, file, 0);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept",
-                                             error ?: strerror(-r), s->config->contexts_dir, file);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept", error ?: strerror(-r),
+                                             s->config->contexts_dir, file);
         }
         control_request_reply(req, report);
 }
@@ -1138,7 +1143,9 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
                 dirfd = open_contexts_dir(s);
         if (r < 0 || dirfd < 0 || unlinkat(dirfd, file, 0) < 0)
                 return control_request_error(req, KS_ERR_FAILED, NULL, "cannot remove %s: %s", path,
-                                             strerror(r < 0 ? -r : dirfd < 0 ? -dirfd : errno));
+                                             strerror(r < 0       ? -r
+                                                      : dirfd < 0 ? -dirfd
+                                                                  : errno));
         r = supervisor_reload_announced(s, false, &report, &error);
         if (r < 0) {
                 (void) write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
@@ -1149,16 +1156,11 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
 }
 
 static const ControlMethod methods[] = {
-        { "reload", method_reload, 0 },
-        { "add", method_add, 0 },
-        { "remove", method_remove, 0 },
-        { "execute", method_execute, 0 },
-        { "interrupt", method_interrupt, 0 },
-        { "status", method_status, 0 },
-        { "check", method_check, 0 },
-        { "wait", method_wait, 0 },
-        { "start", method_start, 0 },
-        { "stop", method_stop, 0 },
+        { "reload", method_reload, 0 },       { "add", method_add, 0 },
+        { "remove", method_remove, 0 },       { "execute", method_execute, 0 },
+        { "interrupt", method_interrupt, 0 }, { "status", method_status, 0 },
+        { "check", method_check, 0 },         { "wait", method_wait, 0 },
+        { "start", method_start, 0 },         { "stop", method_stop, 0 },
         { "restart", method_restart, 0 },
 };
 
@@ -1184,7 +1186,8 @@ static bool supervisor_clock_check(void *userdata) {
                 return false;
         s->resumes++;
         s->last_resume_at = now.realtime;
-        log_notice("resumed after a freeze of about %s; deadlines restart from now", format_duration(d, sizeof d, jump));
+        log_notice("resumed after a freeze of about %s; deadlines restart from now",
+                   format_duration(d, sizeof d, jump));
         for (size_t i = 0; i < s->n_contexts; i++)
                 context_resumed(s->contexts[i]);
         return true;
@@ -1445,7 +1448,8 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 r = context_new(&s->host, &config->contexts[i], &s->contexts[i], &warning);
                 if (r < 0) {
                         char path[4200];
-                        snprintf(path, sizeof path, "%s/contexts/%s.json", config->state_dir, config->contexts[i].name);
+                        snprintf(path, sizeof path, "%s/contexts/%s.json", config->state_dir,
+                                 config->contexts[i].name);
                         r = fail(ret_error, r, "Failed to read", path, NULL);
                         goto err;
                 }
@@ -1492,8 +1496,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         s->retire_timer.data = s;
         uv_timer_init(loop, &s->state_retry);
         s->state_retry.data = s;
-        s->signal_poll.data = s->sig_chld.data = s->shutdown_timer.data =
-                s->tick.data = s;
+        s->signal_poll.data = s->sig_chld.data = s->shutdown_timer.data = s->tick.data = s;
         uv_poll_start(&s->signal_poll, UV_READABLE, signalfd_cb);
         uv_signal_start(&s->sig_chld, sigchld_cb, SIGCHLD);
 

@@ -26,9 +26,15 @@ int parse_duration(const char *s, usec_t *ret) {
                 const char *suffix;
                 usec_t mult;
         } units[] = {
-                { "us", 1 },           { "ms", USEC_PER_MSEC },        { "s", USEC_PER_SEC },
-                { "sec", USEC_PER_SEC }, { "min", 60 * USEC_PER_SEC }, { "m", 60 * USEC_PER_SEC },
-                { "h", 3600 * USEC_PER_SEC }, { "d", 86400 * USEC_PER_SEC }, { "", USEC_PER_SEC },
+                { "us", 1 },
+                { "ms", USEC_PER_MSEC },
+                { "s", USEC_PER_SEC },
+                { "sec", USEC_PER_SEC },
+                { "min", 60 * USEC_PER_SEC },
+                { "m", 60 * USEC_PER_SEC },
+                { "h", 3600 * USEC_PER_SEC },
+                { "d", 86400 * USEC_PER_SEC },
+                { "", USEC_PER_SEC },
         };
         char *end;
         double v;

@@ -66,8 +66,7 @@ int open_dir_nofollow(const char *path);
  * O_EXCL|O_NOFOLLOW in the same directory, fchown (when uid != (uid_t)-1),
  * fchmod, fsync, renameat over name (a symlink at name is replaced, never
  * followed), then fsync of the directory. */
-int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, uid_t uid,
-                         gid_t gid);
+int write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid);
 /* The same for a path: opens its parent with open_dir_nofollow. */
 int write_file_atomic(const char *path, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid);
 

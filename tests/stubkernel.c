@@ -93,16 +93,16 @@ static int handle(void *sock, void *iopub, int *count) {
                         reply(sock, frames, ids, &req, "kernel_info_reply",
                               json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s}, s:s}", "status", "ok", "protocol_version",
                                         JUPYTER_PROTOCOL_VERSION, "implementation", "stubkernel",
-                                        "implementation_version", "1", "language_info", "name", "stub", "version",
-                                        "1", "banner", "stub kernel"));
+                                        "implementation_version", "1", "language_info", "name", "stub", "version", "1",
+                                        "banner", "stub kernel"));
                 else if (streq(type, "execute_request")) {
                         ++*count;
                         reply(sock, frames, ids, &req, "execute_reply",
                               json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
                                         "user_expressions", "payload"));
                 } else if (streq(type, "shutdown_request")) {
-                        reply(sock, frames, ids, &req, "shutdown_reply", json_pack("{s:s, s:b}", "status", "ok",
-                                                                                 "restart", 0));
+                        reply(sock, frames, ids, &req, "shutdown_reply",
+                              json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
                         r = !ignore_shutdown;
                 } else if (streq(type, "interrupt_request"))
                         reply(sock, frames, ids, &req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
@@ -127,7 +127,7 @@ static void echo(void *hb) {
 
 int main(int argc, char *argv[]) {
         static const int types[_CHANNEL_MAX] = {
-                [CHANNEL_SHELL] = ZMQ_ROUTER, [CHANNEL_IOPUB] = ZMQ_PUB, [CHANNEL_STDIN] = ZMQ_ROUTER,
+                [CHANNEL_SHELL] = ZMQ_ROUTER,   [CHANNEL_IOPUB] = ZMQ_PUB, [CHANNEL_STDIN] = ZMQ_ROUTER,
                 [CHANNEL_CONTROL] = ZMQ_ROUTER, [CHANNEL_HB] = ZMQ_ROUTER,
         };
         _cleanup_free_ char *text = NULL;

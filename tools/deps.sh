@@ -6,7 +6,8 @@
 KS_BUILD_PKGS="gcc make autoconf automake libtool pkg-config libuv1-dev libsystemd-dev libjansson-dev
 libinih-dev libzmq3-dev libssl-dev python3-ipykernel python3-jupyter-client"
 # Tests: the systemd container recipe, process tools, matplotlib for plots.
-KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy"
+KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy clang-format
+binutils"
 
 ks_install_missing() {
         local missing=() p

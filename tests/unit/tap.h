@@ -25,23 +25,23 @@ __attribute__((format(printf, 2, 3))) static inline int ok(int cond, const char 
         return cond;
 }
 
-#define is_int(got, want, ...)                                                                      \
-        ({                                                                                          \
-                long long _g = (long long) (got), _w = (long long) (want);                          \
-                int _ok = ok(_g == _w, __VA_ARGS__);                                                \
-                if (!_ok)                                                                           \
-                        printf("#   got %lld, want %lld (%s:%d)\n", _g, _w, __FILE__, __LINE__);    \
-                _ok;                                                                                \
+#define is_int(got, want, ...)                                                                                        \
+        ({                                                                                                            \
+                long long _g = (long long) (got), _w = (long long) (want);                                            \
+                int _ok = ok(_g == _w, __VA_ARGS__);                                                                  \
+                if (!_ok)                                                                                             \
+                        printf("#   got %lld, want %lld (%s:%d)\n", _g, _w, __FILE__, __LINE__);                      \
+                _ok;                                                                                                  \
         })
 
-#define is_str(got, want, ...)                                                                      \
-        ({                                                                                          \
-                const char *_g = (got), *_w = (want);                                               \
-                int _ok = ok(_g && _w && strcmp(_g, _w) == 0, __VA_ARGS__);                         \
-                if (!_ok)                                                                           \
-                        printf("#   got \"%s\", want \"%s\" (%s:%d)\n", _g ? _g : "(null)",         \
-                               _w ? _w : "(null)", __FILE__, __LINE__);                             \
-                _ok;                                                                                \
+#define is_str(got, want, ...)                                                                                        \
+        ({                                                                                                            \
+                const char *_g = (got), *_w = (want);                                                                 \
+                int _ok = ok(_g && _w && strcmp(_g, _w) == 0, __VA_ARGS__);                                           \
+                if (!_ok)                                                                                             \
+                        printf("#   got \"%s\", want \"%s\" (%s:%d)\n", _g ? _g : "(null)", _w ? _w : "(null)",       \
+                               __FILE__, __LINE__);                                                                   \
+                _ok;                                                                                                  \
         })
 
 static inline void diag(const char *s) {

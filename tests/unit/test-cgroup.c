@@ -92,7 +92,8 @@ int main(void) {
         is_int(cgroup_oom_paths("garbage without colons\n", "/r", p), 0, "garbage: no paths");
 
         /* Keyed files. */
-        is_int(cgroup_keyed_value("low 0\nhigh 0\nmax 3\noom 2\noom_kill 1\n", "oom_kill", &v), 0, "v2 oom_kill found");
+        is_int(cgroup_keyed_value("low 0\nhigh 0\nmax 3\noom 2\noom_kill 1\n", "oom_kill", &v), 0,
+               "v2 oom_kill found");
         is_int(v, 1, "v2 oom_kill value");
         is_int(cgroup_keyed_value("low 0\noom 7\n", "oom", &v), 0, "oom (not oom_kill) found");
         is_int(v, 7, "oom is matched whole, not as a prefix of oom_kill");

@@ -334,8 +334,10 @@ static void test_value_errors(void) {
                 { "context:a", "output_limit = 100", "must be from 1K to 1G" },
                 { "context:a", "memory_max = lots", "expected a size such as 512M or 4G, or none" },
                 { "context:a", "memory_max = 100K", "must be from 1M to 1024T" },
-                { "defaults", "cpu_quota = 50", "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
-                { "context:a", "cpu_quota = 0%", "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
+                { "defaults", "cpu_quota = 50",
+                  "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
+                { "context:a", "cpu_quota = 0%",
+                  "expected a percentage of one CPU from 1% to 100000%, such as 50% or 200%, or none" },
                 { "context:a", "tasks_max = 0", "expected a number from 1 to 4194304, or none" },
                 { "context:a", "transport = udp", "expected ipc or tcp" },
                 { "defaults", "transport = IPC", "expected ipc or tcp" },
@@ -527,9 +529,9 @@ static void test_happy(void) {
                 is_str(cc->name, "empty", "name");
                 is_str(cc->source.file, main_path, "source file");
                 is_int(cc->source.line, 1, "source line");
-                ok(strv_is(cc->argv, (const char *const[]){ "/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
-                                                            "{kernel_file}", "--HistoryManager.hist_file=:memory:",
-                                                            NULL }),
+                ok(strv_is(cc->argv,
+                           (const char *const[]){ "/usr/bin/python3", "-m", "ipykernel_launcher", "-f",
+                                                  "{kernel_file}", "--HistoryManager.hist_file=:memory:", NULL }),
                    "argv default");
                 is_int(cc->restart, RESTART_ALWAYS, "restart default");
                 is_str(cc->connection_file, conn, "connection_file default");

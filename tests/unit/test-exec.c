@@ -596,7 +596,6 @@ static void cleanup(void) {
         }
 }
 
-
 static int write_connection_file(const char *path, const ConnectionInfo *ci) {
         /* The daemon's own writer: the same JSON a kernel gets from kernelsupd. */
         return connection_file_write(path, ci, (uid_t) -1, (gid_t) -1);
