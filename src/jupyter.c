@@ -521,6 +521,19 @@ static void on_monitor_poll(uv_poll_t *h, int status, int events) {
         conn_drain_monitor(c, (size_t) (h - c->mon_poll));
 }
 
+/* Watches fd for reading with h, a handle of c's: once it is initialised
+ * (*init set), c's close path closes it, and c's memory waits for it. */
+static int conn_poll_start(KernelConn *c, uv_poll_t *h, bool *init, int fd, uv_poll_cb cb) {
+        int r = uv_poll_init(c->loop, h, fd);
+
+        if (r < 0)
+                return r;
+        h->data = c;
+        *init = true;
+        c->n_open_handles++;
+        return uv_poll_start(h, UV_READABLE, cb);
+}
+
 /* Watches socket idx for dropped connections through an inproc monitor. */
 static int conn_monitor(KernelConn *c, void *zmq_ctx, size_t idx) {
         static unsigned long seq;
@@ -537,13 +550,7 @@ static int conn_monitor(KernelConn *c, void *zmq_ctx, size_t idx) {
         if (!c->mon[idx] || zmq_setsockopt(c->mon[idx], ZMQ_LINGER, &linger, sizeof linger) < 0 ||
             zmq_connect(c->mon[idx], addr) < 0 || zmq_getsockopt(c->mon[idx], ZMQ_FD, &fd, &size) < 0)
                 return -zmq_errno();
-        r = uv_poll_init(c->loop, &c->mon_poll[idx], fd);
-        if (r < 0)
-                return r;
-        c->mon_poll[idx].data = c;
-        c->mon_poll_init[idx] = true;
-        c->n_open_handles++;
-        r = uv_poll_start(&c->mon_poll[idx], UV_READABLE, on_monitor_poll);
+        r = conn_poll_start(c, &c->mon_poll[idx], &c->mon_poll_init[idx], fd, on_monitor_poll);
         if (r < 0)
                 return r;
         /* Until a read has found the queue empty, libzmq does not signal ZMQ_FD for a new message. */
@@ -636,13 +643,7 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, si
                         goto fail;
                 }
 
-                r = uv_poll_init(loop, &c->poll[i], fd);
-                if (r < 0)
-                        goto fail;
-                c->poll[i].data = c;
-                c->poll_init[i] = true;
-                c->n_open_handles++;
-                r = uv_poll_start(&c->poll[i], UV_READABLE, on_poll);
+                r = conn_poll_start(c, &c->poll[i], &c->poll_init[i], fd, on_poll);
                 if (r < 0)
                         goto fail;
         }
