@@ -552,6 +552,12 @@ int strv_env_set(char ***env, size_t *n, char *kv) {
         return strv_push(env, n, kv);
 }
 
+int strv_env_set_copy(char ***env, const char *kv) {
+        size_t n = strv_length(*env);
+
+        return strv_env_set(env, &n, strdup(kv));
+}
+
 char *json_dump_line(const json_t *j, size_t flags) {
         _cleanup_free_ char *s = json_dumps(j, flags);
         char *t;

@@ -91,6 +91,8 @@ bool strv_equal(char *const *a, char *const *b);
 /* Sets "K=V" in the environment vector *env (of *n entries): a variable already there is replaced in place, so
  * the first place it was set keeps the order; a new one is appended. Takes kv in every case; NULL: -ENOMEM. */
 int strv_env_set(char ***env, size_t *n, char *kv);
+/* The same for a NULL-terminated *env, with a copy of kv. */
+int strv_env_set_copy(char ***env, const char *kv);
 
 /* json_dumps(j, flags) with a trailing newline, as text files and protocol lines end (jansson adds none).
  * The intermediate text is wiped: it may hold a connection key. Newly allocated; NULL on out of memory. */
