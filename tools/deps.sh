@@ -5,9 +5,10 @@
 # Build: compiler, autotools and the six libraries. Run: Debian's ipykernel.
 KS_BUILD_PKGS="gcc make autoconf automake libtool pkg-config libuv1-dev libsystemd-dev libjansson-dev
 libinih-dev libzmq3-dev libssl-dev python3-ipykernel python3-jupyter-client"
-# Tests: the systemd container recipe, process tools, matplotlib for plots.
+# Tests: the systemd container recipe, process tools, matplotlib for plots; building and linting
+# the Debian package (tests/systemd/test-package.py).
 KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy clang-format
-binutils"
+binutils dpkg-dev debhelper devscripts lintian"
 
 ks_install_missing() {
         local missing=() p

@@ -96,16 +96,21 @@ def out(r):
     return f"exit {r.returncode}; stdout {r.stdout[-1500:]!r}; stderr {r.stderr[-1500:]!r}"
 
 
-def build_dirs(builddir):
-    """The installation directories the build was configured with (make's own values)."""
-    names = ("prefix", "bindir", "sbindir", "sysconfdir", "runstatedir", "systemdsystemunitdir")
-    rule = "ks-print-dirs:\n" + "".join(f"\t@echo '{n}=$({n})'\n" for n in names)
+def make_vars(builddir, names):
+    """{name: value} of the build's Makefile variables (make's own values)."""
+    rule = "ks-print-vars:\n" + "".join(f"\t@echo '{n}=$({n})'\n" for n in names)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     r = subprocess.run(["make", "-s", "--no-print-directory", "-C", builddir, "-f", "Makefile", "-f", "-",
-                        "ks-print-dirs"], input=rule, capture_output=True, text=True, env=env, timeout=60)
+                        "ks-print-vars"], input=rule, capture_output=True, text=True, env=env, timeout=60)
     if r.returncode != 0:
-        raise HarnessError(f"cannot read the installation directories from {builddir}/Makefile: {out(r)}")
-    dirs = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+        raise HarnessError(f"cannot read {', '.join(names)} from {builddir}/Makefile: {out(r)}")
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+def build_dirs(builddir):
+    """The installation directories the build was configured with."""
+    names = ("prefix", "bindir", "sbindir", "sysconfdir", "runstatedir", "systemdsystemunitdir")
+    dirs = make_vars(builddir, names)
     if not all(dirs.get(n, "").startswith("/") for n in names):
         raise HarnessError(f"unexpected installation directories: {r.stdout!r}")
     return dirs
