@@ -69,6 +69,7 @@ struct Context {
         int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
         unsigned failures;         /* consecutive, for the backoff */
         StartLimit limit;
+        ContextCounters counters;
         int n_open_handles;
 };
 

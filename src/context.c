@@ -252,6 +252,7 @@ static void hb_timer_cb(uv_timer_t *t) {
         /* After a freeze every timer fires at once: that is no silence of the kernel. */
         if (c->host->clock_check(c->host->userdata))
                 return;
+        c->counters.heartbeat_misses += c->hb_outstanding;
         if (c->hb_outstanding && ++c->hb_missed >= c->cfg->heartbeat_misses && c->state != CONTEXT_UNRESPONSIVE) {
                 log_warning("%s: kernel %s missed %u heartbeats; unresponsive", c->name, c->st.kernel_id,
                             c->hb_missed);
@@ -366,6 +367,31 @@ static void context_became_ready(Context *c) {
 
 static void pid_poll_close_cb(uv_handle_t *h) {
         free(h);
+}
+
+static KernelDeath exit_info_death(const ExitInfo *e) {
+        return e->oom       ? KERNEL_DEATH_OOM_KILL
+               : e->unknown ? KERNEL_DEATH_UNKNOWN
+               : e->signal  ? KERNEL_DEATH_SIGNAL
+                            : KERNEL_DEATH_EXIT_CODE;
+}
+
+const char *kernel_death_to_string(KernelDeath d) {
+        static const char *const names[_KERNEL_DEATH_MAX] = {
+                [KERNEL_DEATH_EXIT_CODE] = "exit-code",
+                [KERNEL_DEATH_SIGNAL] = "signal",
+                [KERNEL_DEATH_OOM_KILL] = "oom-kill",
+                [KERNEL_DEATH_UNKNOWN] = "unknown",
+        };
+        return (unsigned) d < _KERNEL_DEATH_MAX ? names[d] : NULL;
+}
+
+const ContextCounters *context_counters(const Context *c) {
+        return &c->counters;
+}
+
+unsigned context_restarts(const Context *c) {
+        return c->st.restarts;
 }
 
 static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
@@ -483,6 +509,7 @@ static void context_handle_exit(Context *c) {
                 return;
         }
 
+        c->counters.deaths[exit_info_death(&c->st.last_exit)]++;
         if (c->pending_error)
                 snprintf(msg, sizeof msg, "%s", c->pending_error);
         else if (was == CONTEXT_STARTING)
@@ -868,7 +895,7 @@ json_t *context_to_json(const Context *c) {
                         snprintf(sig, sizeof sig, "%d", c->st.last_exit.signal);
                 const ExitInfo *e = &c->st.last_exit;
                 /* reason: one word for scripts; oom-kill only when the memory cgroup said so. */
-                const char *reason = e->oom ? "oom-kill" : e->unknown ? "unknown" : e->signal ? "signal" : "exit-code";
+                const char *reason = kernel_death_to_string(exit_info_death(e));
                 last_exit = json_pack("{s:o, s:o, s:b, s:s, s:o}", "code",
                                       e->signal || e->unknown ? json_null() : json_integer(e->code), "signal",
                                       e->signal ? json_string(sig) : json_null(), "oom", e->oom, "reason", reason,

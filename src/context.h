@@ -117,5 +117,24 @@ int context_save_retry(Context *c);
  * this context's kernel, handles the exit (reaping it) and returns true. */
 bool context_child_exited(Context *c, pid_t pid);
 
+/* How a kernel ended, as status's last_exit.reason says it. */
+typedef enum KernelDeath {
+        KERNEL_DEATH_EXIT_CODE,
+        KERNEL_DEATH_SIGNAL,
+        KERNEL_DEATH_OOM_KILL, /* only when its memory cgroup said so */
+        KERNEL_DEATH_UNKNOWN,  /* an adopted kernel, whose status is not ours to read */
+        _KERNEL_DEATH_MAX,
+} KernelDeath;
+const char *kernel_death_to_string(KernelDeath d); /* "exit-code", "signal", "oom-kill", "unknown" */
+
+/* What happened to the context since the daemon made it, for metrics (metrics.c); counters only go up. */
+typedef struct ContextCounters {
+        uint64_t deaths[_KERNEL_DEATH_MAX]; /* kernels that ended while nobody had asked them to stop */
+        uint64_t heartbeat_misses;          /* pings not answered within heartbeat_interval */
+} ContextCounters;
+const ContextCounters *context_counters(const Context *c); /* borrowed from c */
+/* Launches after the first since the daemon first saw the context (persisted; status's restarts). */
+unsigned context_restarts(const Context *c);
+
 /* The status object of protocol.c's field list. */
 json_t *context_to_json(const Context *c);

@@ -972,3 +972,7 @@ void control_server_close(ControlServer *s) {
 void control_server_set_idle_timeout(ControlServer *s, uint64_t msec) {
         s->idle_timeout = msec > 0 ? msec : CONTROL_IDLE_TIMEOUT_MSEC;
 }
+
+size_t control_server_connections(const ControlServer *s) {
+        return s->n_connections;
+}

@@ -76,6 +76,9 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
  * idle. Tests may set another timeout (msec; 0: the default). */
 void control_server_set_idle_timeout(ControlServer *s, uint64_t msec);
 
+/* The connections open now (metrics). */
+size_t control_server_connections(const ControlServer *s);
+
 /* Stops listening, removes the socket file it bound (not a passed fd's),
  * cancels open requests and closes every connection. Frees itself after the
  * last uv_close callback. */

@@ -35,6 +35,7 @@ struct ExecCell {
         size_t cut;       /* bytes of text that came after the limit */
         bool drop_marked; /* the marker of a dropped message was added */
         usec_t deadline;  /* CLOCK_MONOTONIC: submit + opt.timeout; USEC_INFINITY */
+        usec_t started;   /* CLOCK_MONOTONIC: when it went to the kernel; 0 while it has not */
 
         long long execution_count;
         char *reply_status; /* "ok", "error", "aborted"; NULL until the reply */

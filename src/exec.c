@@ -64,7 +64,11 @@ struct ExecQueue {
         bool busy;
         long long execution_count;
         usec_t last_activity;
+        ExecCounters counters;
 };
+
+const double exec_duration_bounds[EXEC_DURATION_BUCKETS] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                             2.5,  5,     10,   30,  60,   300 };
 
 static const char *const status_names[_EXEC_STATUS_MAX] = {
         [EXEC_OK] = "ok",     [EXEC_ERROR] = "error",     [EXEC_TIMEOUT] = "timeout",
@@ -121,6 +125,21 @@ static void queue_advance(ExecQueue *q);
 static void settle_cb(uv_timer_t *t);
 static void run_mark_drop(ExecQueue *q);
 
+/* The metrics of an answered cell. */
+static void count_answer(ExecCounters *m, const ExecCell *cell, ExecStatus status) {
+        m->cells[status]++;
+        m->output_cut += cell->cut;
+        if (cell->started > 0) {
+                double sec = (double) (now_usec(CLOCK_MONOTONIC) - cell->started) / 1e6;
+                size_t b = 0;
+
+                while (b < EXEC_DURATION_BUCKETS && sec > exec_duration_bounds[b])
+                        b++;
+                m->duration[b]++;
+                m->duration_sum += sec;
+        }
+}
+
 static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message) {
         ExecResult res = {
                 .status = status,
@@ -132,6 +151,7 @@ static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, con
 
         cell_summarize(cell);
         (void) cell_flush_stream(cell);
+        count_answer(&cell->q->counters, cell, status);
         cell->sink.on_done(cell->userdata, &res);
         cell_free(cell);
 }
@@ -223,6 +243,7 @@ static void auto_interrupt(ExecQueue *q) {
         if (q->run.auto_interrupted)
                 return;
         q->run.auto_interrupted = true;
+        q->counters.interrupts++;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
         /* An interrupt that lands after the code finished draws no execute_reply. */
@@ -274,6 +295,7 @@ static int queue_start(ExecQueue *q, ExecCell *cell) {
         run_clear(q);
         memcpy(q->run.msg_id, id, sizeof id);
         q->run.cell = cell;
+        cell->started = now_usec(CLOCK_MONOTONIC);
         if (cell->deadline != USEC_INFINITY) {
                 /* What is left of the timeout after the wait in the queue. */
                 usec_t now = now_usec(CLOCK_MONOTONIC);
@@ -775,6 +797,7 @@ void exec_cell_cancel(ExecCell *cell) {
 bool exec_queue_interrupt(ExecQueue *q) {
         if (!q || !run_taken(q) || !q->conn)
                 return false;
+        q->counters.interrupts++;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
         /* Landing after the code finished, it draws no execute_reply: ask. */
@@ -796,4 +819,8 @@ long long exec_queue_execution_count(const ExecQueue *q) {
 
 usec_t exec_queue_last_activity(const ExecQueue *q) {
         return q ? q->last_activity : 0;
+}
+
+const ExecCounters *exec_queue_counters(const ExecQueue *q) {
+        return &q->counters;
 }

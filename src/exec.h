@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "jupyter.h"
@@ -165,6 +166,21 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
  * and its outputs end with "\n[no reply: the kernel sent no reply to the
  * cell (interrupted after its code finished, or the reply was lost)]\n". */
 void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message);
+
+/* What the queue did since it was made, for metrics (metrics.c); counters only go up. */
+#define EXEC_DURATION_BUCKETS 13
+/* The upper bounds (seconds) of the cell duration histogram's buckets, ascending; +Inf follows. */
+extern const double exec_duration_bounds[EXEC_DURATION_BUCKETS];
+typedef struct ExecCounters {
+        uint64_t cells[_EXEC_STATUS_MAX]; /* cells answered, by status (a queued cell at its timeout too) */
+        uint64_t interrupts; /* interrupts of a running cell: asked for, at its timeout, its client gone */
+        uint64_t output_cut; /* bytes of output text past output_limit, not kept */
+        /* Cells that ran, by duration from their start on the kernel to their answer: in the first bucket whose
+         * bound holds it (index EXEC_DURATION_BUCKETS: above the last); not cumulative. */
+        uint64_t duration[EXEC_DURATION_BUCKETS + 1];
+        double duration_sum; /* seconds */
+} ExecCounters;
+const ExecCounters *exec_queue_counters(const ExecQueue *q); /* borrowed from q */
 
 bool exec_queue_busy(const ExecQueue *q);
 size_t exec_queue_pending(const ExecQueue *q);            /* queued, not counting the running one */

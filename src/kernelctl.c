@@ -85,6 +85,8 @@ static void help(void) {
                "                       --env K=V..., --connection-file) and apply it\n"
                "  remove CTX           delete contexts_dir/CTX.ini, stop the context and wait\n"
                "                       until its kernel is gone\n"
+               "  metrics              print the metrics of the daemon and the contexts in\n"
+               "                       the OpenMetrics text format (--timeout as status)\n"
                "  version              print the version of kernelctl\n"
                "\n"
                "Options:\n"
@@ -1304,11 +1306,31 @@ static int cmd_remove(const Options *o, char **args, unsigned n_args) {
         return print_report(o, report);
 }
 
+/* The OpenMetrics text, as the daemon wrote it (it ends in "# EOF"). */
+static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *result = NULL;
+        const char *text;
+        int r;
+
+        r = call(o, "metrics", NULL, o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, &result);
+        if (r != EXIT_OK)
+                return r;
+        if (o->json)
+                return print_json(result);
+        text = object_string(result, "text");
+        if (!text)
+                return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+        if (fputs(text, stdout) == EOF || fflush(stdout) != 0)
+                return fail(EXIT_FAILED, "cannot write the metrics: %m");
+        return EXIT_OK;
+}
+
 static const Command commands[] = {
         { "reload", 0, 0, cmd_reload },        { "add", 1, 1, cmd_add },          { "remove", 1, 1, cmd_remove },
         { "status", 0, UINT_MAX, cmd_status }, { "start", 1, 1, cmd_start },      { "stop", 1, 1, cmd_stop },
         { "restart", 1, 1, cmd_restart },      { "exec", 1, 2, cmd_exec },        { "interrupt", 1, 1, cmd_interrupt },
         { "check", 1, 1, cmd_check },          { "wait", 0, UINT_MAX, cmd_wait }, { "version", 0, 0, cmd_version },
+        { "metrics", 0, 0, cmd_metrics },
 };
 
 static int parse_timeout(const char *s, usec_t *ret) {

@@ -16,6 +16,7 @@
 #include "exec.h"
 #include "freeze.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "protocol.h"
 #include "state.h"
@@ -95,8 +96,12 @@ static Context *supervisor_find(Supervisor *s, const char *name) {
 
 /* Root and the daemon's own uid see everything; another uid only the
  * contexts whose kernels run as that uid. */
+static bool peer_privileged(const ControlPeer *peer) {
+        return peer->uid == 0 || peer->uid == getuid();
+}
+
 static bool peer_sees(const ControlPeer *peer, const Context *c) {
-        return peer->uid == 0 || peer->uid == getuid() || context_uid(c) == peer->uid;
+        return peer_privileged(peer) || context_uid(c) == peer->uid;
 }
 
 /* ContextHost.taken_ports. */
@@ -633,17 +638,22 @@ static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret
 
 /* ---- Control methods ---- */
 
+/* Seconds since the daemon started. */
+static double supervisor_uptime(const Supervisor *s) {
+        usec_t now = now_usec(CLOCK_REALTIME);
+
+        return now > s->sstate.started_at ? (double) (now - s->sstate.started_at) / 1e6 : 0.0;
+}
+
 static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer) {
         _cleanup_free_ char *degraded = NULL;
         char ts[64], ts2[64];
-        usec_t now = now_usec(CLOCK_REALTIME);
 
         (void) supervisor_degraded(s, peer, &degraded);
         return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f, s:i, s:o, s:o}", "pid", (int) getpid(), "version",
                          PACKAGE_VERSION, "generation", (json_int_t) s->sstate.generation, "boot_id",
                          s->sstate.boot_id, "started_at", format_timestamp(ts, sizeof ts, s->sstate.started_at),
-                         "uptime", now > s->sstate.started_at ? (double) (now - s->sstate.started_at) / 1e6 : 0.0,
-                         "resumes", (int) s->resumes, "last_resume_at",
+                         "uptime", supervisor_uptime(s), "resumes", (int) s->resumes, "last_resume_at",
                          s->last_resume_at ? json_string(format_timestamp(ts2, sizeof ts2, s->last_resume_at))
                                            : json_null(),
                          "degraded", degraded ? json_string(degraded) : json_null());
@@ -702,6 +712,33 @@ static void method_status(ControlRequest *req, json_t *params, void *userdata) {
         if (request_names(s, req, params, &names) < 0)
                 return;
         control_request_reply(req, status_result(s, names, control_request_peer(req)));
+}
+
+/* The OpenMetrics text of the daemon and of the contexts the peer may see: {"content_type", "text"}. */
+static void method_metrics(ControlRequest *req, json_t *params, void *userdata) {
+        Supervisor *s = userdata;
+        const ControlPeer *peer = control_request_peer(req);
+        _cleanup_free_ Context **seen = calloc(s->n_contexts + 1, sizeof(Context *));
+        _cleanup_free_ char *text = NULL;
+        MetricsDaemon d = {
+                .version = PACKAGE_VERSION,
+                .generation = s->sstate.generation,
+                .resumes = s->resumes,
+                .uptime = supervisor_uptime(s),
+                .privileged = peer_privileged(peer),
+                .control_connections = control_server_connections(s->control),
+        };
+        size_t n = 0;
+
+        for (size_t i = 0; seen && i < s->n_contexts; i++)
+                if (peer_sees(peer, s->contexts[i]))
+                        seen[n++] = s->contexts[i];
+        (void) metrics_rss(&d.rss);
+        if (!seen || metrics_render(&d, seen, n, &text) < 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        /* Many contexts make a long reply: it may wait unread on the connection (JSON doubles each newline). */
+        control_request_allow_queue(req, 2 * strlen(text));
+        control_request_reply(req, json_pack("{s:s, s:s}", "content_type", METRICS_CONTENT_TYPE, "text", text));
 }
 
 /* The context named in params, answering the request with an error when
@@ -936,7 +973,7 @@ static void method_interrupt(ControlRequest *req, json_t *params, void *userdata
 static bool peer_may_configure(ControlRequest *req) {
         const ControlPeer *peer = control_request_peer(req);
 
-        if (peer->uid == 0 || peer->uid == getuid())
+        if (peer_privileged(peer))
                 return true;
         control_request_error(req, KS_ERR_PERMISSION, NULL,
                               "permission denied: only root may change the configuration");
@@ -1161,7 +1198,7 @@ static const ControlMethod methods[] = {
         { "interrupt", method_interrupt, 0 }, { "status", method_status, 0 },
         { "check", method_check, 0 },         { "wait", method_wait, 0 },
         { "start", method_start, 0 },         { "stop", method_stop, 0 },
-        { "restart", method_restart, 0 },
+        { "restart", method_restart, 0 },     { "metrics", method_metrics, 0 },
 };
 
 /* ---- Freezes ---- */

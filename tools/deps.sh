@@ -6,9 +6,9 @@
 KS_BUILD_PKGS="gcc make autoconf automake libtool pkg-config libuv1-dev libsystemd-dev libjansson-dev
 libinih-dev libzmq3-dev libssl-dev python3-ipykernel python3-jupyter-client"
 # Tests: the systemd container recipe, process tools, matplotlib for plots; building and linting
-# the Debian package (tests/systemd/test-package.py).
+# the Debian package (tests/systemd/test-package.py); the OpenMetrics parser (test-metrics.py).
 KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy clang-format
-binutils dpkg-dev debhelper devscripts lintian"
+binutils dpkg-dev debhelper devscripts lintian python3-prometheus-client"
 
 ks_install_missing() {
         local missing=() p
