@@ -414,8 +414,9 @@ void context_launch(Context *c) {
         c->pid_poll->data = c;
         uv_poll_start(c->pid_poll, UV_READABLE, context_pid_poll_cb);
 
-        log_info("%s: launched kernel %s (pid %d, incarnation %llu)", c->name, c->st.kernel_id, (int) c->pid,
-                 (unsigned long long) c->st.incarnation);
+        log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_STARTED, "launched", c->pid, NULL),
+                  "%s: launched kernel %s (pid %d, incarnation %llu)", c->name, c->st.kernel_id, (int) c->pid,
+                  (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
 
         c->max_message = exec_message_bound(c->cfg->output_limit);

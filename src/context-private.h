@@ -9,6 +9,7 @@
 #include "context.h"
 #include "exec.h"
 #include "jupyter.h"
+#include "log.h"
 #include "resources.h"
 #include "spawn.h"
 #include "util.h"
@@ -72,6 +73,16 @@ struct Context {
         ContextCounters counters;
         int n_open_handles;
 };
+
+/* A journal event about c's kernel (log.h): its context, kernel_id, incarnation and pid. */
+#define CONTEXT_EVENT(c, id, why, kernel_pid, more)                                                                   \
+        (&(LogEvent){ .message_id = (id),                                                                             \
+                      .context = (c)->name,                                                                           \
+                      .kernel_id = (c)->st.kernel_id,                                                                 \
+                      .incarnation = (c)->st.incarnation,                                                             \
+                      .reason = (why),                                                                                \
+                      .pid = (kernel_pid),                                                                            \
+                      .extra = (more) })
 
 /* context.c */
 extern const KernelConnCallbacks context_conn_callbacks;

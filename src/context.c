@@ -350,12 +350,14 @@ static void context_became_ready(Context *c) {
         }
         context_save(c);
         if (c->adopting)
-                log_info("%s: adopted kernel %s (pid %d, incarnation %llu): it answers, its namespace is kept",
-                         c->name, c->st.kernel_id, (int) c->pid, (unsigned long long) c->st.incarnation);
+                log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_ADOPTED, "adopted", c->pid, NULL),
+                          "%s: adopted kernel %s (pid %d, incarnation %llu): it answers, its namespace is kept",
+                          c->name, c->st.kernel_id, (int) c->pid, (unsigned long long) c->st.incarnation);
         else
-                log_info("%s: kernel %s ready (pid %d, incarnation %llu, %s after launch)", c->name, c->st.kernel_id,
-                         (int) c->pid, (unsigned long long) c->st.incarnation,
-                         format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
+                log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_READY, "ready", c->pid, NULL),
+                          "%s: kernel %s ready (pid %d, incarnation %llu, %s after launch)", c->name, c->st.kernel_id,
+                          (int) c->pid, (unsigned long long) c->st.incarnation,
+                          format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
         c->adopting = false;
         context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
@@ -392,6 +394,20 @@ const ContextCounters *context_counters(const Context *c) {
 
 unsigned context_restarts(const Context *c) {
         return c->st.restarts;
+}
+
+/* The journal field of an exit: KERNELSUP_EXIT_CODE=N or KERNELSUP_SIGNAL=SIGNAME ("" when unknown). */
+static void exit_field(const ExitInfo *e, char *buf, size_t size) {
+        const char *abbrev = e->signal ? sigabbrev_np(e->signal) : NULL;
+
+        if (e->unknown)
+                snprintf(buf, size, "%s", "");
+        else if (e->signal && abbrev)
+                snprintf(buf, size, "KERNELSUP_SIGNAL=SIG%s", abbrev);
+        else if (e->signal)
+                snprintf(buf, size, "KERNELSUP_SIGNAL=%d", e->signal);
+        else
+                snprintf(buf, size, "KERNELSUP_EXIT_CODE=%d", e->code);
 }
 
 static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
@@ -453,7 +469,7 @@ static void context_end_group(Context *c) {
 static void context_handle_exit(Context *c) {
         ContextStateKind was = c->state;
         siginfo_t si = { 0 };
-        char what[64], msg[256];
+        char what[64], msg[256], field[64];
 
         if (c->pid <= 0)
                 return;
@@ -499,7 +515,8 @@ static void context_handle_exit(Context *c) {
         c->adopting = false;
 
         if (was == CONTEXT_STOPPING) {
-                log_info("%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
+                log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_STOPPED, "stopped", si.si_pid, NULL),
+                          "%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
                 context_save(c);
                 if (c->restart_pending) {
                         c->restart_pending = false;
@@ -519,7 +536,11 @@ static void context_handle_exit(Context *c) {
         free(c->pending_error);
         c->pending_error = NULL;
         context_set_error(c, msg);
-        log_warning("%s: kernel %s (pid %d) %s", c->name, c->st.kernel_id, (int) si.si_pid, msg);
+        exit_field(&c->st.last_exit, field, sizeof field);
+        log_event(LOG_WARNING,
+                  CONTEXT_EVENT(c, LOG_ID_KERNEL_DIED, kernel_death_to_string(exit_info_death(&c->st.last_exit)),
+                                si.si_pid, field),
+                  "%s: kernel %s (pid %d) %s", c->name, c->st.kernel_id, (int) si.si_pid, msg);
         context_save(c);
 
         if (c->cfg->restart == RESTART_NO ||
@@ -558,7 +579,8 @@ static void context_schedule_restart(Context *c) {
         uint32_t rnd = 0;
 
         if (start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
-                log_error("%s: %u failed starts within %s; failed, retrying in %s", c->name, c->cfg->start_limit_burst,
+                log_event(LOG_ERR, CONTEXT_EVENT(c, LOG_ID_KERNEL_FAILED, "start-limit", 0, NULL),
+                          "%s: %u failed starts within %s; failed, retrying in %s", c->name, c->cfg->start_limit_burst,
                           format_duration(d, sizeof d, c->cfg->start_limit_interval),
                           format_duration(d2, sizeof d2, c->cfg->failed_cooldown));
                 c->failures = 0;
@@ -568,7 +590,8 @@ static void context_schedule_restart(Context *c) {
         }
         (void) random_bytes(&rnd, sizeof rnd);
         delay = backoff_delay(c->cfg->backoff_min, c->cfg->backoff_max, c->failures++, rnd);
-        log_info("%s: restarting in %s", c->name, format_duration(d, sizeof d, delay));
+        log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_RESTARTING, "backoff", 0, NULL), "%s: restarting in %s",
+                  c->name, format_duration(d, sizeof d, delay));
         uv_timer_start(&c->timer, timer_launch_cb, delay / USEC_PER_MSEC, 0);
         context_set_state(c, CONTEXT_BACKOFF);
 }

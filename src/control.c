@@ -764,8 +764,11 @@ static void server_connection_cb(uv_stream_t *listener, int status) {
         }
         if (!server_admits(s, c->peer.uid, why, sizeof why)) {
                 if (!s->limit_logged)
-                        log_warning("Refusing control connections (pid %d, uid %u): %s.", (int) c->peer.pid,
-                                    (unsigned) c->peer.uid, why);
+                        log_event(LOG_WARNING,
+                                  &(LogEvent){
+                                          .message_id = LOG_ID_CONNECTION_REFUSED, .reason = why, .pid = c->peer.pid },
+                                  "Refusing control connections (pid %d, uid %u): %s.", (int) c->peer.pid,
+                                  (unsigned) c->peer.uid, why);
                 s->limit_logged = true;
                 return conn_refuse(c, why);
         }

@@ -1,9 +1,17 @@
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <systemd/sd-journal.h>
 
 #include "log.h"
+#include "macro.h"
 
 int log_max_level = LOG_INFO;
 
@@ -26,4 +34,74 @@ void log_internal(int level, int error, const char *fmt, ...) {
                 fprintf(stderr, "<%d>%s\n", level, buf);
         else
                 fprintf(stderr, "%s%s\n", level <= LOG_WARNING ? names[level] : "", buf);
+}
+
+/* Whether stderr is the journal stream systemd gave us (JOURNAL_STREAM names its device and inode, as
+ * systemd's own daemons check): then events go to the journal natively, with their fields. */
+static bool stderr_is_journal(void) {
+        static int cached = -1;
+        const char *e;
+        struct stat st;
+        unsigned long long dev, ino;
+
+        if (cached >= 0)
+                return cached;
+        e = getenv("JOURNAL_STREAM");
+        cached = e && sscanf(e, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
+                 (unsigned long long) st.st_dev == dev && (unsigned long long) st.st_ino == ino;
+        return cached;
+}
+
+#define EVENT_FIELDS 10
+
+/* FIELD=value into iov (the buffers live in f[]); false when the value is absent. */
+static bool event_field(struct iovec *iov, char *buf, size_t size, const char *name, const char *value) {
+        if (!value)
+                return false;
+        snprintf(buf, size, "%s=%s", name, value);
+        *iov = (struct iovec){ .iov_base = buf, .iov_len = strlen(buf) };
+        return true;
+}
+
+static int event_send(int level, const LogEvent *ev, const char *message) {
+        char f[EVENT_FIELDS][320], prio[2] = { (char) ('0' + (level & 7)), 0 }, inc[24], pid[16];
+        struct iovec iov[EVENT_FIELDS];
+        size_t n = 0;
+
+        snprintf(inc, sizeof inc, "%" PRIu64, ev->incarnation);
+        snprintf(pid, sizeof pid, "%d", (int) ev->pid);
+        n += event_field(iov + n, f[n], sizeof f[n], "PRIORITY", prio);
+        n += event_field(iov + n, f[n], sizeof f[n], "SYSLOG_IDENTIFIER", program_invocation_short_name);
+        n += event_field(iov + n, f[n], sizeof f[n], "MESSAGE_ID", ev->message_id);
+        n += event_field(iov + n, f[n], sizeof f[n], "KERNELSUP_CONTEXT", ev->context);
+        n += event_field(iov + n, f[n], sizeof f[n], "KERNELSUP_KERNEL_ID",
+                         ev->kernel_id && *ev->kernel_id ? ev->kernel_id : NULL);
+        n += event_field(iov + n, f[n], sizeof f[n], "KERNELSUP_INCARNATION", ev->incarnation ? inc : NULL);
+        n += event_field(iov + n, f[n], sizeof f[n], "KERNELSUP_REASON", ev->reason);
+        n += event_field(iov + n, f[n], sizeof f[n], "KERNELSUP_PID", ev->pid > 0 ? pid : NULL);
+        if (ev->extra && strchr(ev->extra, '=')) {
+                snprintf(f[n], sizeof f[n], "%s", ev->extra);
+                iov[n] = (struct iovec){ .iov_base = f[n], .iov_len = strlen(f[n]) };
+                n++;
+        }
+        /* The message last, whole (it may be longer than a field buffer). */
+        _cleanup_free_ char *msg = NULL;
+        if (asprintf(&msg, "MESSAGE=%s", message) < 0)
+                return -ENOMEM;
+        iov[n++] = (struct iovec){ .iov_base = msg, .iov_len = strlen(msg) };
+        return sd_journal_sendv(iov, (int) n);
+}
+
+void log_event(int level, const LogEvent *ev, const char *fmt, ...) {
+        char buf[4096];
+        va_list ap;
+
+        if (level > log_max_level)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        if (stderr_is_journal() && event_send(level, ev, buf) >= 0)
+                return;
+        log_internal(level, 0, "%s", buf);
 }

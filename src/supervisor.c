@@ -631,7 +631,15 @@ static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret
         }
         if (!dry_run) {
                 log_reload_report(*ret_report);
-                log_info("reload applied in %s", format_duration(d, sizeof d, now_usec(CLOCK_MONOTONIC) - t0));
+                char what[128];
+                snprintf(what, sizeof what, "added=%zu removed=%zu restarted=%zu updated=%zu",
+                         json_array_size(json_object_get(*ret_report, "added")),
+                         json_array_size(json_object_get(*ret_report, "removed")),
+                         json_array_size(json_object_get(*ret_report, "restarted")),
+                         json_array_size(json_object_get(*ret_report, "updated")));
+                log_event(LOG_INFO, &(LogEvent){ .message_id = LOG_ID_RELOAD_APPLIED, .reason = what },
+                          "reload applied in %s (%s)", format_duration(d, sizeof d, now_usec(CLOCK_MONOTONIC) - t0),
+                          what);
         }
         return 0;
 }
@@ -1214,7 +1222,7 @@ static bool supervisor_clock_check(void *userdata) {
         Supervisor *s = userdata;
         ClockSample now;
         usec_t jump;
-        char d[32];
+        char d[32], field[64];
 
         clock_sample(&now);
         jump = freeze_detect(&s->clock, &now, TICK_MSEC * USEC_PER_MSEC + TICK_SLACK_USEC, FREEZE_THRESHOLD_USEC);
@@ -1223,8 +1231,10 @@ static bool supervisor_clock_check(void *userdata) {
                 return false;
         s->resumes++;
         s->last_resume_at = now.realtime;
-        log_notice("resumed after a freeze of about %s; deadlines restart from now",
-                   format_duration(d, sizeof d, jump));
+        snprintf(field, sizeof field, "KERNELSUP_FREEZE_USEC=%llu", (unsigned long long) jump);
+        log_event(LOG_NOTICE, &(LogEvent){ .message_id = LOG_ID_FREEZE_DETECTED, .reason = "freeze", .extra = field },
+                  "resumed after a freeze of about %s; deadlines restart from now",
+                  format_duration(d, sizeof d, jump));
         for (size_t i = 0; i < s->n_contexts; i++)
                 context_resumed(s->contexts[i]);
         return true;
@@ -1559,7 +1569,11 @@ int supervisor_run(Supervisor *s) {
                 _cleanup_free_ char *reason = NULL;
                 int r = context_adopt(c, &reason);
                 if (reason)
-                        log_full_errno(r < 0 ? LOG_WARNING : LOG_NOTICE, 0, "%s: %s", context_name(c), reason);
+                        log_event(r < 0 ? LOG_WARNING : LOG_NOTICE,
+                                  &(LogEvent){ .message_id = LOG_ID_KERNEL_NOT_ADOPTED,
+                                               .context = context_name(c),
+                                               .reason = reason },
+                                  "%s: %s", context_name(c), reason);
                 if (r <= 0 && context_autostart(c))
                         context_start(c);
         }

@@ -3,7 +3,11 @@
 its warnings are printed), installs it with dpkg into a throwaway Debian 12 root
 (the nspawn suite's overlay of this machine's root, tests/systemd/test-nspawn.py)
 and boots that root: debhelper's postinst enabled kernel.service, so systemd
-starts it, and its kernel becomes ready and runs a cell.
+starts it, and its kernel becomes ready and runs a cell. There, under journald,
+the daemon's events are journal entries found by MESSAGE_ID and KERNELSUP_*
+fields (kernel ready; kill -9 of the kernel: died with reason signal, restarting,
+ready again with the next incarnation; a reload), and journalctl -x shows the
+installed catalog's text.
 
 Runs in the normal build only: the package is built from source with the flags
 Debian gives, whatever this build was configured with, so the sanitizer build
@@ -12,6 +16,7 @@ same package again. Needs root, dpkg-buildpackage, debhelper, lintian and
 systemd-nspawn; skipped (exit 77) with the reason otherwise."""
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -36,7 +41,13 @@ UNIT = nspawn.UNIT
 CONTENTS = ("./usr/sbin/kernelsupd", "./usr/bin/kernelctl", "./lib/systemd/system/kernel.service",
             "./etc/kernelsup/kernelsup.ini", "./etc/kernelsup/contexts.d/",
             "./usr/share/man/man1/kernelctl.1.gz", "./usr/share/man/man5/kernelsup.ini.5.gz",
-            "./usr/share/man/man8/kernelsupd.8.gz", "./usr/share/doc/kernelsup/copyright")
+            "./usr/share/man/man8/kernelsupd.8.gz", "./usr/share/doc/kernelsup/copyright",
+            "./usr/lib/systemd/catalog/kernelsup.catalog")
+# The journal events' MESSAGE_IDs (src/log.h, catalog/kernelsup.catalog).
+ID_READY = "abd8406c81a34d4eab7e1a58a7d0e8f7"
+ID_DIED = "8695e72080884b10b77fff8a7b566899"
+ID_RESTARTING = "f91625f728bf408ebb62f79158f2367a"
+ID_RELOAD = "9d177a05d34a4a7daced8f6b31162af6"
 TOOLS = {"dpkg-buildpackage": "dpkg-dev", "dh": "debhelper", "lintian": "lintian", "dpkg-deb": "dpkg",
          "systemd-nspawn": "systemd-container", "nsenter": "util-linux", "chroot": "coreutils"}
 
@@ -135,8 +146,47 @@ def install_and_boot(tap, deb):
     tap.eq(ctx.get("state"), "ready", "kernelctl status: the default context is ready", repr(ctx))
     r = c.ctl("exec", "default", "6 * 7")
     tap.eq((r.returncode, r.stdout.splitlines()[:1]), (0, ["42"]), "kernelctl exec default '6 * 7' prints 42", out(r))
+    with tap.guard("journal events"):
+        journal_events(tap, c, ctx)
     r = c.sh("systemctl", "poweroff", timeout=30)
     tap.eq(c.wait_nspawn(60), 0, "systemctl poweroff: systemd-nspawn exits 0", c.nspawn_tail())
+
+
+def entries(c, *matches):
+    """The journal entries (dicts) of the container that match FIELD=value..."""
+    r = c.sh("journalctl", "--no-pager", "-o", "json", *matches, timeout=30)
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def journal_events(tap, c, ctx):
+    kid, pid = ctx.get("kernel_id"), ctx.get("pid")
+    ready = entries(c, f"MESSAGE_ID={ID_READY}", "KERNELSUP_CONTEXT=default")
+    tap.ok(any(e.get("KERNELSUP_KERNEL_ID") == kid and e.get("KERNELSUP_PID") == str(pid)
+               and e.get("KERNELSUP_INCARNATION") == "1" and e.get("_SYSTEMD_UNIT") == UNIT for e in ready),
+           "journal: the kernel-ready event of default, with its kernel_id, pid and incarnation, from kernel.service",
+           repr(ready)[-2000:])
+    c.sh("kill", "-9", str(pid))
+    new = wait_until(lambda: c.context("default"), 60, "a new kernel ready after kill -9",
+                     check=lambda x: x.get("state") == "ready" and x.get("pid") not in (None, pid))
+    died = entries(c, f"MESSAGE_ID={ID_DIED}", "KERNELSUP_REASON=signal", f"KERNELSUP_KERNEL_ID={kid}")
+    tap.ok(len(died) == 1 and died[0].get("KERNELSUP_SIGNAL") == "SIGKILL" and died[0].get("KERNELSUP_PID") == str(pid)
+           and died[0].get("PRIORITY") == "4",
+           "journal: kill -9 is one kernel-died event (reason signal, SIGKILL, its pid, priority warning)",
+           repr(died)[-2000:])
+    tap.eq(len(entries(c, f"MESSAGE_ID={ID_RESTARTING}", "KERNELSUP_CONTEXT=default")), 1,
+           "journal: one restarting event")
+    again = entries(c, f"MESSAGE_ID={ID_READY}", f"KERNELSUP_KERNEL_ID={new.get('kernel_id')}")
+    tap.ok(len(again) == 1 and again[0].get("KERNELSUP_INCARNATION") == "2",
+           "journal: the new kernel's ready event, incarnation 2", repr(again)[-2000:])
+    r = c.sh("journalctl", "--no-pager", "-x", f"MESSAGE_ID={ID_DIED}", timeout=30)
+    tap.ok("The kernel of context default died" in r.stdout,
+           "journalctl -x shows the installed catalog's text for it", out(r))
+    c.write("/etc/kernelsup/contexts.d/extra.ini", "[context:extra]\nautostart = no\n")
+    r = c.sh("systemctl", "reload", UNIT, timeout=60)
+    tap.eq(r.returncode, 0, "systemctl reload with a new context file", out(r))
+    reload = wait_until(lambda: entries(c, f"MESSAGE_ID={ID_RELOAD}"), 30, "the reload event")
+    tap.eq(reload[-1].get("KERNELSUP_REASON"), "added=1 removed=0 restarted=0 updated=0",
+           "journal: the reload event says what changed")
 
 
 def test(tap):
