@@ -67,7 +67,9 @@ struct Context {
         uint64_t hb_answers;       /* pings answered, ever */
         usec_t unresponsive_since; /* CLOCK_MONOTONIC */
         int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
-        unsigned failures;         /* consecutive, for the backoff */
+        bool client_shutdown;      /* stopping because the kernel acknowledged a client's shutdown_request */
+        unsigned failures;         /* consecutive ends (failed starts and deaths) for the backoff; 0 after
+                                    * backoff_reset of readiness */
         StartLimit limit;
         int n_open_handles;
 };
