@@ -231,6 +231,44 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
         return 0;
 }
 
+/* Removes the directory runtime_dir/sub/name (opened without following a link) unless keep_dir, after the file
+ * inner in it when inner is not NULL; what is missing is success. */
+static int runtime_remove(const Context *c, const char *sub, const char *name, const char *inner, bool keep_dir,
+                          char **ret_failed) {
+        _cleanup_close_ int dirfd = -1, own = -1;
+        _cleanup_free_ char *path = NULL;
+        int r = 0;
+
+        if (asprintf(&path, "%s/%s", c->host->runtime_dir, sub) < 0)
+                return -ENOMEM;
+        dirfd = open_dir_nofollow(path);
+        if (dirfd < 0)
+                return dirfd == -ENOENT ? 0 : dirfd;
+        if (inner) {
+                /* The directory is the context user's: nothing in it is followed, a link there is removed itself. */
+                own = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (own < 0 && errno != ENOENT)
+                        r = -errno;
+                else if (own >= 0 && unlinkat(own, inner, 0) < 0 && errno != ENOENT)
+                        r = -errno;
+        }
+        if (r >= 0 && !keep_dir && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                r = -errno;
+        if (r < 0 && ret_failed && asprintf(ret_failed, "%s/%s%s%s", path, name, inner ? "/" : "", inner ?: "") < 0)
+                *ret_failed = NULL;
+        return r;
+}
+
+int context_remove_private_files(Context *c, bool dirs, char **ret_failed) {
+        int r;
+
+        r = runtime_remove(c, "kernels", c->name, "kernel.json", !dirs, ret_failed);
+        if (r >= 0 && dirs)
+                /* The ipc sockets' directory (its sockets went when the kernel exited). */
+                r = runtime_remove(c, "ipc", c->name, NULL, false, ret_failed);
+        return r;
+}
+
 /* A launch that did not happen takes its identity back: nothing ran under it. */
 static void context_identity_undo(Context *c) {
         memcpy(c->st.kernel_id, c->prev.kernel_id, sizeof c->st.kernel_id);
@@ -419,7 +457,8 @@ void context_launch(Context *c) {
         context_set_state(c, CONTEXT_STARTING);
 
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
+                            &c->conn);
         if (r < 0) {
                 log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
                 free(c->pending_error);

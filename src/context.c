@@ -12,6 +12,7 @@
 
 #include "context-private.h"
 #include "log.h"
+#include "userfile.h"
 #include "util.h"
 
 /* ---- Accessors ---- */
@@ -241,7 +242,40 @@ bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]) {
         return true;
 }
 
-int context_forget(Context *c) {
+/* The published connection file goes with the user's rights, as it was written (connfile.h); one in the
+ * daemon's own directory with the daemon's. */
+static int context_unpublish(Context *c, char **ret_reason) {
+        SpawnUser u = {};
+        _cleanup_free_ char *err = NULL;
+        bool own = c->cfg->connection_file_published;
+        int r;
+
+        if (own || c->user_resolved)
+                return user_file_remove(c->cfg->connection_file, own ? NULL : &c->user, ret_reason);
+        r = spawn_user_resolve(c->cfg->user, c->cfg->group, &u, &err);
+        if (r < 0) {
+                if (asprintf(ret_reason, "%s", err ?: "cannot resolve its user") < 0)
+                        *ret_reason = NULL;
+                return r;
+        }
+        r = user_file_remove(c->cfg->connection_file, &u, ret_reason);
+        spawn_user_done(&u);
+        return r;
+}
+
+int context_forget(Context *c, bool keep_connection_file) {
+        _cleanup_free_ char *failed = NULL, *reason = NULL;
+        int r;
+
+        r = context_remove_private_files(c, true, &failed);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "its runtime files");
+        if (!keep_connection_file) {
+                r = context_unpublish(c, &reason);
+                if (r < 0)
+                        log_warning("%s: failed to remove its connection file %s: %s", c->name,
+                                    c->cfg->connection_file, reason ?: strerror(-r));
+        }
         return context_state_remove(c->host->state_dirfd, c->name);
 }
 
@@ -403,6 +437,17 @@ static void context_remove_sockets(Context *c) {
                 log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's sockets");
 }
 
+/* The kernel's private copy of its connection file holds the key and has done its work: it goes, also when no
+ * kernel follows. */
+static void context_remove_kernel_file(Context *c) {
+        _cleanup_free_ char *failed = NULL;
+        int r;
+
+        r = context_remove_private_files(c, false, &failed);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's connection file");
+}
+
 /* The last step of every stop and exit: what the kernel left behind outside its process group (a cell's
  * process that forked, setsid()s and ignores SIGTERM) would hold its ports, and the next launch would move
  * them. Everything in its cgroup is ended, or without one, what we inherited from it as subreaper. */
@@ -502,6 +547,7 @@ static void context_handle_exit(Context *c) {
         spawn_pending_drop(&c->release);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
+        context_remove_kernel_file(c);
 
         uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
         c->pid_poll = NULL;

@@ -398,6 +398,21 @@ static void supervisor_context_changed(void *userdata, Context *c) {
 
 /* ---- Reload ---- */
 
+/* Frees a removed context that has stopped, with everything of it on disk (its state and connection files hold
+ * its key). Removed and added again meanwhile, the state file belongs to the new context now; a connection file
+ * another context publishes at the same path now is that one's. */
+static void retire_free(Supervisor *s, Context *c) {
+        const char *file = context_config(c)->connection_file;
+        bool shared = false;
+
+        for (size_t i = 0; i < s->n_contexts; i++)
+                shared |= streq(context_config(s->contexts[i])->connection_file, file);
+        if (!supervisor_find(s, context_name(c)))
+                (void) context_forget(c, shared);
+        log_info("%s: removed", context_name(c));
+        context_free(c);
+}
+
 /* Frees the removed contexts that have stopped, with their state, answering whoever still waited on them. */
 static void retire_cb(uv_timer_t *t) {
         Supervisor *s = t->data;
@@ -417,11 +432,7 @@ static void retire_cb(uv_timer_t *t) {
                         if (w->ctx == c)
                                 waiter_answer(w, KS_ERR_NO_CONTEXT, NULL, "the context was removed");
                 }
-                /* Removed and added again meanwhile: the state file belongs to the new context now. */
-                if (!supervisor_find(s, context_name(c)))
-                        (void) context_forget(c);
-                log_info("%s: removed", context_name(c));
-                context_free(c);
+                retire_free(s, c);
         }
         s->n_retiring = keep;
         supervisor_check_shutdown(s);
@@ -1325,8 +1336,9 @@ static void supervisor_finish(Supervisor *s) {
                 if (context_save_error(s->contexts[i]))
                         log_warning("%s: exiting with its state unsaved: %s", context_name(s->contexts[i]),
                                     context_save_error(s->contexts[i]));
+        /* Stopped, all of them, but maybe not yet freed by retire_cb: a clean exit leaves no key of theirs behind. */
         for (size_t i = 0; i < s->n_retiring; i++)
-                context_free(s->retiring[i]);
+                retire_free(s, s->retiring[i]);
         s->n_retiring = 0;
         s->shutdown_timer.data = NULL;
         if (s->control) {
