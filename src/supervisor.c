@@ -189,6 +189,7 @@ not_yet:
 
 static void supervisor_finish(Supervisor *s);
 static void retire_cb(uv_timer_t *t);
+static void retire_forget(Supervisor *s, Context *c);
 
 static void supervisor_check_shutdown(Supervisor *s) {
         if (!s->stopping)
@@ -389,8 +390,10 @@ static void supervisor_context_changed(void *userdata, Context *c) {
 
         if (context_state(c) == CONTEXT_STOPPED)
                 for (size_t i = 0; i < s->n_retiring; i++)
-                        if (s->retiring[i] == c)
+                        if (s->retiring[i] == c) {
+                                retire_forget(s, c);
                                 uv_timer_start(&s->retire_timer, retire_cb, 0, 0);
+                        }
         waiters_check(s, c);
         supervisor_update_status(s);
         supervisor_check_shutdown(s);
@@ -398,19 +401,21 @@ static void supervisor_context_changed(void *userdata, Context *c) {
 
 /* ---- Reload ---- */
 
-/* Frees a removed context that has stopped, with everything of it on disk (its state and connection files hold
- * its key). Removed and added again meanwhile, the state file belongs to the new context now; a connection file
- * another context publishes at the same path now is that one's. */
-static void retire_free(Supervisor *s, Context *c) {
+/* A removed context has stopped: everything of it on disk goes now (its state and connection files hold its
+ * key), before anyone waiting for the removal is answered and before the daemon may exit. Removed and added
+ * again meanwhile, the state file belongs to the new context; a connection file another context publishes at
+ * the same path now is that one's. */
+static void retire_forget(Supervisor *s, Context *c) {
         const char *file = context_config(c)->connection_file;
         bool shared = false;
+        Context *same = supervisor_find(s, context_name(c));
 
+        /* Inside a reload's apply the table still holds c itself. */
+        if (same && same != c)
+                return;
         for (size_t i = 0; i < s->n_contexts; i++)
-                shared |= streq(context_config(s->contexts[i])->connection_file, file);
-        if (!supervisor_find(s, context_name(c)))
-                (void) context_forget(c, shared);
-        log_info("%s: removed", context_name(c));
-        context_free(c);
+                shared |= s->contexts[i] != c && streq(context_config(s->contexts[i])->connection_file, file);
+        (void) context_forget(c, shared);
 }
 
 /* Frees the removed contexts that have stopped, with their state, answering whoever still waited on them. */
@@ -432,7 +437,8 @@ static void retire_cb(uv_timer_t *t) {
                         if (w->ctx == c)
                                 waiter_answer(w, KS_ERR_NO_CONTEXT, NULL, "the context was removed");
                 }
-                retire_free(s, c);
+                log_info("%s: removed", context_name(c));
+                context_free(c);
         }
         s->n_retiring = keep;
         supervisor_check_shutdown(s);
@@ -542,9 +548,15 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
                         Context *c = s->contexts[i];
                         if (config_find_context(new, context_name(c)))
                                 continue;
+                        bool stopped = context_state(c) == CONTEXT_STOPPED;
                         log_info("%s: removed from the configuration; stopping", context_name(c));
                         s->retiring[s->n_retiring++] = c;
                         context_stop(c);
+                        /* No state change comes from a context stopped already: it is retired now. */
+                        if (stopped) {
+                                retire_forget(s, c);
+                                uv_timer_start(&s->retire_timer, retire_cb, 0, 0);
+                        }
                 }
                 for (size_t i = 0; i < new->n_contexts; i++) {
                         const ContextConfig *cc = &new->contexts[i];
@@ -1336,9 +1348,8 @@ static void supervisor_finish(Supervisor *s) {
                 if (context_save_error(s->contexts[i]))
                         log_warning("%s: exiting with its state unsaved: %s", context_name(s->contexts[i]),
                                     context_save_error(s->contexts[i]));
-        /* Stopped, all of them, but maybe not yet freed by retire_cb: a clean exit leaves no key of theirs behind. */
         for (size_t i = 0; i < s->n_retiring; i++)
-                retire_free(s, s->retiring[i]);
+                context_free(s->retiring[i]);
         s->n_retiring = 0;
         s->shutdown_timer.data = NULL;
         if (s->control) {
