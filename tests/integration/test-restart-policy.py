@@ -27,17 +27,23 @@ def wait_replaced(d, before, what, seen):
     return d.wait_context("default", check, f"a new kernel ready after {what}", timeout=60)
 
 
-def client_shutdown(cf):
-    """A stock jupyter_client's shutdown(): shutdown_request on control, from the published file."""
+def client_shutdown(tap, cf, what):
+    """A stock jupyter_client's shutdown(): shutdown_request on control, from the published file; waits for
+    the kernel's reply. (Without the heartbeat channel: jupyter_client's makes a new socket at every missed
+    beat, and a kernel that exited leaves them all lingering.)"""
     from jupyter_client import BlockingKernelClient
 
     kc = BlockingKernelClient()
     kc.load_connection_file(cf)
-    kc.start_channels()
+    kc.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
     try:
-        kc.shutdown()
+        msg_id = kc.shutdown()
+        reply = kc.get_control_msg(timeout=harness.scaled(30))
+        tap.ok(reply["msg_type"] == "shutdown_reply" and reply["parent_header"].get("msg_id") == msg_id,
+               f"{what}: the kernel answered shutdown_reply", repr(reply.get("msg_type")))
     finally:
         kc.stop_channels()
+        kc.context.destroy(linger=0)
 
 
 def exec_ok(tap, d, what):
@@ -67,7 +73,7 @@ def test_client_shutdowns(tap, d):
     before = d.wait_state("default", "ready")
     cf = before["connection_file"]
     for i in range(1, 6):
-        client_shutdown(cf)
+        client_shutdown(tap, cf, f"client shutdown_request number {i}")
         before = wait_replaced(d, before, f"client shutdown_request number {i}", seen)
     tap.ok(not seen & {"failed", "stopped"}, "five client shutdown_requests: never failed, never stopped",
            repr(sorted(seen)))
@@ -82,7 +88,7 @@ def test_acked_not_exiting(tap, d):
     r = harness.run_cell(before["connection_file"], THREAD_CELL)
     tap.eq(r["result"], "'left'", "a cell left a non-daemon thread running")
     mark = d.log_mark()
-    client_shutdown(before["connection_file"])
+    client_shutdown(tap, before["connection_file"], "shutdown_request with a thread left")
     # check waits through the stop and the restart, and answers for the new kernel.
     r = d.ctl("check", "default", "--expect", before["kernel_id"], "--timeout", "60", timeout=90)
     tap.eq(r.returncode, 8, "check after the acknowledged shutdown: kernel replaced (exit 8)", r.stdout + r.stderr)
