@@ -149,9 +149,20 @@ static int take_identity(const SpawnUser *u) {
         return 0;
 }
 
+/* An O_PATH descriptor cannot be fsync'd: the directory is opened again. One its writer may not read keeps the
+ * change unsynced. */
+static void sync_dir(int dirfd) {
+        int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+        if (dfd >= 0) {
+                (void) fsync(dfd);
+                close(dfd);
+        }
+}
+
 /* The file's bytes into a new temporary file in dirfd, then over name. Fills *rep on failure. */
 static void write_in(const WriteJob *j, int dirfd, WriteReport *rep) {
-        int fd, r, dfd;
+        int fd, r;
 
         rep->step = STEP_CREATE;
         fd = openat(dirfd, j->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -176,12 +187,7 @@ static void write_in(const WriteJob *j, int dirfd, WriteReport *rep) {
                 rep->err = -r;
                 return;
         }
-        /* An O_PATH descriptor cannot be fsync'd. A directory its writer may not read keeps the rename unsynced. */
-        dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-                (void) fsync(dfd);
-                close(dfd);
-        }
+        sync_dir(dirfd);
         rep->err = 0;
 }
 
@@ -189,7 +195,6 @@ static void write_in(const WriteJob *j, int dirfd, WriteReport *rep) {
  * directory) is not what the daemon wrote, and is left as it is. Fills *rep. */
 static void remove_in(const WriteJob *j, int dirfd, WriteReport *rep) {
         struct stat st;
-        int dfd;
 
         rep->step = STEP_REMOVE;
         if (fstatat(dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -204,11 +209,7 @@ static void remove_in(const WriteJob *j, int dirfd, WriteReport *rep) {
                 rep->err = errno == ENOENT ? 0 : errno;
                 return;
         }
-        dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-                (void) fsync(dfd);
-                close(dfd);
-        }
+        sync_dir(dirfd);
         rep->err = 0;
 }
 
@@ -338,11 +339,9 @@ static char *report_reason(const WriteJob *j, const WriteReport *rep) {
                 break;
         case STEP_STICKY:
                 if (rep->err == EPERM)
-                        r = asprintf(&s,
-                                     "%s belongs to uid %u in a sticky directory, and root replaces or removes only "
-                                     "its own "
-                                     "files there",
-                                     j->path, (unsigned) rep->owner);
+                        r = asprintf(
+                                &s, "%s belongs to uid %u in a sticky directory, and root %s only its own files there",
+                                j->path, (unsigned) rep->owner, j->data ? "replaces" : "removes");
                 else
                         r = asprintf(&s, "%s: %s", j->path, strerror(rep->err));
                 break;
