@@ -1,10 +1,12 @@
 """A context's files that hold its key, and the small things a new user meets:
-kernelctl add (--wait, an existing name), remove taking the state, the published
+kernelctl add (--wait, an existing name), check's words for a ready kernel that does
+not answer, remove taking the state, the published
 connection file and the kernel's private copy with it (also when the daemon exits
 right after), what a clean exit keeps, kernelctl help, and ipykernel's banner in
 the log naming the published connection file."""
 
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +45,19 @@ def test_help(tap, d):
     tap.ok(r.stdout.startswith("kernelctl [--socket PATH]"), "kernelctl help prints the usage", r.stdout[:200])
     r = d.ctl("status", "--wait")
     tap.eq(r.returncode, 2, "--wait with another command than add is a usage error (exit 2)", r.stderr)
+
+
+def test_check_message(tap, d):
+    """A ready kernel that does not answer the probe (stopped with SIGSTOP) is not called "not ready"."""
+    c = d.wait_state("default", "ready")
+    os.kill(c["pid"], signal.SIGSTOP)
+    try:
+        r = d.ctl("check", "default", "--timeout", "1")
+    finally:
+        os.kill(c["pid"], signal.SIGCONT)
+    tap.eq(r.returncode, 6, "check of a stopped ready kernel: timed out (exit 6)", r.stdout + r.stderr)
+    tap.ok(r.stdout.startswith("default: no heartbeat answer within 1 s (state ready"),
+           "check names the missed heartbeat, not a readiness the state contradicts", r.stdout)
 
 
 def test_add(tap, d):
@@ -126,6 +141,7 @@ def test(tap):
     d.start()
     test_help(tap, d)
     test_banner(tap, d)
+    test_check_message(tap, d)
     # The contexts added below run the stub kernel ([defaults] argv applies to contexts_dir's files).
     d.write_config("[context:default]\nargv = " + harness.IPYKERNEL_ARGV + "\n",
                    defaults=f"argv = {harness.STUB_ARGV}\n")
