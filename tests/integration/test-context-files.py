@@ -47,11 +47,21 @@ def test_help(tap, d):
     tap.eq(r.returncode, 2, "--wait with another command than add is a usage error (exit 2)", r.stderr)
 
 
+def all_threads_stopped(pid):
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        st = harness.proc_stat(int(tid))
+        states.append(st[0] if st else None)
+    return all(s == "T" for s in states)
+
+
 def test_check_message(tap, d):
     """A ready kernel that does not answer the probe (stopped with SIGSTOP) is not called "not ready"."""
     c = d.wait_state("default", "ready")
     os.kill(c["pid"], signal.SIGSTOP)
     try:
+        # The group stop reaches every thread a moment later; until then the heartbeat may still echo.
+        harness.wait_until(lambda: all_threads_stopped(c["pid"]), 30, "the kernel's threads to stop")
         r = d.ctl("check", "default", "--timeout", "1")
     finally:
         os.kill(c["pid"], signal.SIGCONT)
@@ -71,6 +81,12 @@ def test_add(tap, d):
     tap.eq(rc, 0, "add --wait --json exits 0", d.last_ctl.stderr)
     tap.eq(((j or {}).get("context") or {}).get("state"), "ready", "add --wait --json: the report's context is ready",
            repr(j))
+    r = d.ctl("add", "nouser", "--user", "ks-no-such-user", "--wait", timeout=90)
+    tap.eq(r.returncode, 1, "add --wait of a context whose kernel cannot start exits 1", r.stdout + r.stderr)
+    tap.contains(r.stderr, "user 'ks-no-such-user' does not exist", "add --wait says why it did not start")
+    tap.ok(os.path.exists(d.context_file("nouser")), "add --wait that failed to start keeps the context's file")
+    r = d.ctl("remove", "nouser", timeout=60)
+    tap.eq(r.returncode, 0, "remove nouser exits 0", r.stdout + r.stderr)
     r = d.ctl("add", "gone")
     tap.eq(r.returncode, 1, "add of an existing name exits 1, as kernelctl(1) says", r.stderr)
     tap.contains(r.stderr, "context gone exists already", "add of an existing name says so")
