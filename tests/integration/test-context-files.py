@@ -122,6 +122,27 @@ def test_remove_stopped(tap, d):
     tap.ok("idle" not in [x["name"] for x in d.status()["contexts"]], "the stopped context is gone from status")
 
 
+def test_remove_link(tap, d):
+    """A link put where the published file was is not what the daemon wrote: remove leaves it, and its target."""
+    r = d.ctl("add", "linked", "--wait", timeout=90)
+    tap.eq(r.returncode, 0, "add linked --wait exits 0", r.stdout + r.stderr)
+    c = d.context("linked")
+    precious = os.path.join(d.tmp, "precious.json")
+    with open(precious, "w") as f:
+        f.write("precious\n")
+    os.unlink(c["connection_file"])
+    os.symlink(precious, c["connection_file"])
+    mark = d.log_mark()
+    r = d.ctl("remove", "linked", timeout=60)
+    tap.eq(r.returncode, 0, "remove linked exits 0", r.stdout + r.stderr)
+    with open(precious) as f:
+        tap.eq(f.read(), "precious\n", "remove: the link's target is untouched")
+    tap.ok(os.path.islink(c["connection_file"]), "remove: the link is left as it is")
+    tap.contains(d.log_since(mark), "is not a regular file (not one the daemon wrote); left as it is",
+                 "remove: the log says why the link was left")
+    os.unlink(c["connection_file"])
+
+
 def test_remove_then_exit(tap, d):
     """A context whose kernel takes a while to stop is removed; the daemon gets SIGTERM before it has stopped."""
     d.write_context_file("slow", f"[context:slow]\nargv = {harness.STUBKERNEL} --ignore-shutdown -f {{kernel_file}}\n"
@@ -166,6 +187,7 @@ def test(tap):
     gone = test_add(tap, d)
     test_remove(tap, d, gone)
     test_remove_stopped(tap, d)
+    test_remove_link(tap, d)
     test_remove_then_exit(tap, d)
 
 
