@@ -438,6 +438,10 @@ static void test_ready_deaths(World *w) {
                     !ok(run_until(w, c, CONTEXT_READY), "deaths: kill -9 number %d: a new kernel is ready", i))
                         break;
                 ok(context_pid(c) != pid, "deaths: kill -9 number %d: another process", i);
+                /* The delay doubles with each end in a row (min 100 ms, max 400 ms, equal jitter): from below. */
+                long long floor_ms = (i - 1 < 2 ? 100LL << (i - 1) : 400) / 2;
+                long long waited = last_entered(w, c, CONTEXT_STARTING) - last_entered(w, c, CONTEXT_BACKOFF);
+                ok(waited >= floor_ms, "deaths: backoff %d lasted at least %lld ms (%lld)", i, floor_ms, waited);
         }
         ok(!entered_since(w, c, CONTEXT_FAILED, first), "deaths: never failed (start_limit_burst is 2)");
         context_stop(c);
