@@ -610,7 +610,7 @@ static void context_schedule_restart(Context *c, bool failed_start) {
         if (failed_start)
                 log_info("%s: restarting in %s", c->name, format_duration(d, sizeof d, delay));
         else
-                log_info("%s: restarting in %s (%u end%s of a kernel in a row; the delay starts over once one stays "
+                log_info("%s: restarting in %s (ended %u time%s in a row; the delay starts over once a kernel stays "
                          "ready for backoff_reset, %s)",
                          c->name, format_duration(d, sizeof d, delay), c->failures, c->failures == 1 ? "" : "s",
                          format_duration(d2, sizeof d2, c->cfg->backoff_reset));

@@ -64,7 +64,7 @@ def test_kills(tap, d):
     exec_ok(tap, d, "after seven kill -9s")
     log = d.log()
     tap.ok("failed starts" not in log, "the log calls no kill a failed start")
-    tap.ok("ends of a kernel in a row" in log, "the log counts the ends in a row")
+    tap.ok("ended 7 times in a row; the delay starts over" in log, "the log counts the ends in a row")
 
 
 def test_client_shutdowns(tap, d):
