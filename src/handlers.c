@@ -12,9 +12,23 @@
 #include "protocol.h"
 #include "util.h"
 
+/* What the table says of a method, checked before its handler runs. */
+typedef enum MethodFlags {
+        METHOD_CONFIGURE = 1 << 0, /* changes the configuration: for root and the daemon's own user only */
+} MethodFlags;
+
+typedef struct Method {
+        const char *name;
+        control_handler_t handler; /* given the Handlers */
+        MethodFlags flags;
+} Method;
+
+#define N_METHODS 11 /* the rows of methods[] */
+
 struct Handlers {
         HandlersHost host;
-        struct Waiter *waiters; /* control requests waiting for a state */
+        struct Waiter *waiters;           /* control requests waiting for a state */
+        ControlMethod control[N_METHODS]; /* the table as the control server takes it: every row dispatched here */
 };
 
 /* A control request waiting for something to happen. */
@@ -518,17 +532,6 @@ static void method_interrupt(ControlRequest *req, json_t *params, void *userdata
         control_request_reply(req, json_pack("{s:b}", "interrupted", any));
 }
 
-/* Changing the configuration is for root and the daemon's own user. */
-static bool peer_may_configure(ControlRequest *req) {
-        const ControlPeer *peer = control_request_peer(req);
-
-        if (peer->uid == 0 || peer->uid == getuid())
-                return true;
-        control_request_error(req, KS_ERR_PERMISSION, NULL,
-                              "permission denied: only root may change the configuration");
-        return false;
-}
-
 static void reload_reply(Handlers *h, ControlRequest *req, bool dry_run) {
         _cleanup_free_ char *error = NULL;
         json_t *report = NULL;
@@ -544,8 +547,6 @@ static void reload_reply(Handlers *h, ControlRequest *req, bool dry_run) {
 static void method_reload(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
 
-        if (!peer_may_configure(req))
-                return;
         if (h->host.stopping(h->host.userdata))
                 return control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
         reload_reply(h, req, json_is_true(json_object_get(params, "dry_run")));
@@ -597,8 +598,6 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
         json_t *report = NULL;
         int r;
 
-        if (!peer_may_configure(req))
-                return;
         if (!name || !context_name_valid(name))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
                                              "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
@@ -704,8 +703,6 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         Context *c;
         int r;
 
-        if (!peer_may_configure(req))
-                return;
         if (!name || !context_name_valid(name))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
                                              "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
@@ -742,14 +739,45 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
 
 /* ---- The table ---- */
 
-static const ControlMethod methods[] = {
-        { "reload", method_reload, 0 },       { "add", method_add, 0 },
-        { "remove", method_remove, 0 },       { "execute", method_execute, 0 },
-        { "interrupt", method_interrupt, 0 }, { "status", method_status, 0 },
-        { "check", method_check, 0 },         { "wait", method_wait, 0 },
-        { "start", method_start, 0 },         { "stop", method_stop, 0 },
+static const Method methods[] = {
+        { "status", method_status, 0 },
+        { "check", method_check, 0 },
+        { "wait", method_wait, 0 },
+        { "start", method_start, 0 },
+        { "stop", method_stop, 0 },
         { "restart", method_restart, 0 },
+        { "execute", method_execute, 0 },
+        { "interrupt", method_interrupt, 0 },
+        { "reload", method_reload, METHOD_CONFIGURE },
+        { "add", method_add, METHOD_CONFIGURE },
+        { "remove", method_remove, METHOD_CONFIGURE },
 };
+_Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");
+
+/* Changing the configuration is for root and the daemon's own user. */
+static bool peer_may_configure(ControlRequest *req) {
+        const ControlPeer *peer = control_request_peer(req);
+
+        if (peer->uid == 0 || peer->uid == getuid())
+                return true;
+        control_request_error(req, KS_ERR_PERMISSION, NULL,
+                              "permission denied: only root may change the configuration");
+        return false;
+}
+
+/* Every control request comes here: the control server found its method in the table, by the same name. */
+static void method_dispatch(ControlRequest *req, json_t *params, void *userdata) {
+        const char *name = control_request_method(req);
+
+        for (size_t i = 0; i < N_METHODS; i++) {
+                if (!streq(methods[i].name, name))
+                        continue;
+                if ((methods[i].flags & METHOD_CONFIGURE) && !peer_may_configure(req))
+                        return;
+                return methods[i].handler(req, params, userdata);
+        }
+        control_request_error(req, RPC_METHOD_NOT_FOUND, NULL, "unknown method");
+}
 
 int handlers_new(const HandlersHost *host, Handlers **ret) {
         Handlers *h = calloc(1, sizeof *h);
@@ -757,13 +785,15 @@ int handlers_new(const HandlersHost *host, Handlers **ret) {
         if (!h)
                 return -ENOMEM;
         h->host = *host;
+        for (size_t i = 0; i < N_METHODS; i++)
+                h->control[i] = (ControlMethod){ .name = methods[i].name, .handler = method_dispatch };
         *ret = h;
         return 0;
 }
 
 const ControlMethod *handlers_methods(const Handlers *h, size_t *ret_n) {
-        *ret_n = ELEMENTSOF(methods);
-        return methods;
+        *ret_n = N_METHODS;
+        return h->control;
 }
 
 void handlers_free(Handlers *h) {
