@@ -16,6 +16,7 @@
 #include "handlers.h"
 #include "log.h"
 #include "notify.h"
+#include "reload.h"
 #include "state.h"
 #include "supervisor.h"
 #include "util.h"
@@ -278,159 +279,149 @@ static void retire_cb(uv_timer_t *t) {
         supervisor_check_shutdown(s);
 }
 
-static int report_add(json_t *list, json_t *item) {
-        return json_array_append_new(list, item) < 0 ? -ENOMEM : 0;
+/* The plan from the contexts as they are (the settings each runs with, whether it has a kernel) to new. */
+static int supervisor_plan(Supervisor *s, const Config *new, ReloadPlan *ret) {
+        _cleanup_free_ ContextConfig *now = calloc(s->n_contexts + 1, sizeof(ContextConfig));
+        _cleanup_free_ bool *running = calloc(s->n_contexts + 1, sizeof(bool));
+        Config old = *s->config;
+
+        if (!now || !running)
+                return -ENOMEM;
+        /* Shallow copies: a context whose new settings could not be applied kept its old ones. */
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                now[i] = *context_config(s->contexts[i]);
+                running[i] = context_state(s->contexts[i]) != CONTEXT_STOPPED;
+        }
+        old.contexts = now;
+        return reload_plan(&old, running, new, ret);
+}
+
+/* Fills table (new's contexts, in its order) with the kept contexts and new ones for the added: all a reload can
+ * fail at, done before the first change. On failure the contexts it created are freed again. */
+static int reload_create(Supervisor *s, const ReloadPlan *p, const Config *new, Context **table, char **ret_error) {
+        for (size_t i = 0; i < p->n_actions; i++) {
+                const ReloadAction *a = &p->actions[i];
+                _cleanup_free_ char *warning = NULL;
+                int r;
+
+                if (a->kind != RELOAD_ADD) {
+                        if (a->kind != RELOAD_REMOVE)
+                                table[a->new] = s->contexts[a->old];
+                        continue;
+                }
+                r = context_new(&s->host, &new->contexts[a->new], &table[a->new], &warning);
+                if (r < 0) {
+                        for (size_t k = 0; k < i; k++)
+                                if (p->actions[k].kind == RELOAD_ADD)
+                                        context_free(table[p->actions[k].new]);
+                        if (asprintf(ret_error, "Failed to set up context %s: %s", a->name, strerror(-r)) < 0)
+                                *ret_error = NULL;
+                        return r;
+                }
+                if (warning)
+                        log_warning("%s: %s", a->name, warning);
+        }
+        return 0;
+}
+
+/* One action on its context c; an added context starts later, once the new table is in place. */
+static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const ContextConfig *cc) {
+        switch (a->kind) {
+        case RELOAD_ADD:
+                return;
+        case RELOAD_REMOVE:
+                /* Stopped, and freed once stopped (retire_cb). */
+                log_info("%s: removed from the configuration; stopping", a->name);
+                s->retiring[s->n_retiring++] = c;
+                context_stop(c);
+                return;
+        default:
+                if (context_set_config(c, cc) < 0) {
+                        log_error("%s: out of memory applying the new settings", a->name);
+                        return;
+                }
+                if (a->restart) {
+                        log_info("%s: settings of its process changed; restarting", a->name);
+                        context_restart(c);
+                } else if (a->start)
+                        context_start(c);
+        }
+}
+
+/* Puts the plan in place and takes *newp as the configuration; nothing has changed when it fails. */
+static int supervisor_apply(Supervisor *s, const ReloadPlan *p, Config **newp, char **ret_error) {
+        Config *new = *newp;
+        Context **table = calloc(new->n_contexts + 1, sizeof(Context *));
+        Context **grown = realloc(s->retiring, sizeof(Context *) * (s->n_retiring + s->n_contexts + 1));
+        int r;
+
+        if (grown)
+                s->retiring = grown;
+        if (!table || !grown) {
+                free(table);
+                return -ENOMEM;
+        }
+        r = reload_create(s, p, new, table, ret_error);
+        if (r < 0) {
+                free(table);
+                return r;
+        }
+        for (size_t i = 0; i < p->n_actions; i++) {
+                const ReloadAction *a = &p->actions[i];
+                if (a->kind == RELOAD_REMOVE)
+                        reload_apply(s, a, s->contexts[a->old], NULL);
+                else
+                        reload_apply(s, a, table[a->new], &new->contexts[a->new]);
+        }
+        free(s->contexts);
+        s->contexts = table;
+        s->n_contexts = new->n_contexts;
+        s->config->port_min = s->host.port_min = new->port_min;
+        s->config->port_max = s->host.port_max = new->port_max;
+        /* The directories stay as the daemon started with them (see not_applied). */
+        free(new->socket_path);
+        free(new->runtime_dir);
+        free(new->state_dir);
+        new->socket_path = TAKE_PTR(s->config->socket_path);
+        new->runtime_dir = TAKE_PTR(s->config->runtime_dir);
+        new->state_dir = TAKE_PTR(s->config->state_dir);
+        config_free(s->config);
+        s->config = TAKE_PTR(*newp);
+        for (size_t i = 0; i < p->n_actions; i++)
+                if (p->actions[i].kind == RELOAD_ADD && p->actions[i].start)
+                        context_start(table[p->actions[i].new]);
+        supervisor_update_status(s);
+        return 0;
 }
 
 int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error) {
         _cleanup_(config_freep) Config *new = NULL;
-        json_auto_t *added = json_array(), *removed = json_array(), *restarted = json_array(), *updated = json_array(),
-                    *not_applied = json_array();
-        Context **table = NULL, **created = NULL;
-        size_t n_created = 0, unchanged = 0;
+        _cleanup_(reload_plan_done) ReloadPlan plan = {};
+        json_auto_t *report = NULL;
         ConfigDefaults d = {
                 .runtime_dir = s->default_runtime_dir,
                 .state_dir = s->default_state_dir,
                 .contexts_dir = s->default_contexts_dir,
         };
-        const struct {
-                const char *key;
-                const char *now;
-        } fixed[] = {
-                { "socket", s->config->socket_path },
-                { "runtime_dir", s->config->runtime_dir },
-                { "state_dir", s->config->state_dir },
-        };
         int r;
 
-        if (!added || !removed || !restarted || !updated || !not_applied)
-                return -ENOMEM;
         r = config_load(s->config->path, &d, &new, ret_error);
         if (r < 0)
                 return r;
-
-        /* What only a restart of the daemon can change. */
-        const char *wanted[] = { new->socket_path, new->runtime_dir, new->state_dir };
-        for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
-                if (!streq(fixed[i].now, wanted[i])) {
-                        char msg[512];
-                        snprintf(msg, sizeof msg, "[supervisor] %s changed to %s: restart kernelsupd to apply it",
-                                 fixed[i].key, wanted[i]);
-                        if (report_add(not_applied, json_string(msg)) < 0)
-                                return -ENOMEM;
-                }
-
-        /* The plan, before anything is touched. */
-        for (size_t i = 0; i < new->n_contexts; i++) {
-                const ContextConfig *cc = &new->contexts[i];
-                Context *c = supervisor_find(s, cc->name);
-                const char *why;
-                if (!c)
-                        r = report_add(added, json_string(cc->name));
-                else if ((why = context_config_process_change(context_config(c), cc))) {
-                        char reason[64];
-                        snprintf(reason, sizeof reason, "%s changed", why);
-                        r = report_add(restarted, json_pack("{s:s, s:s}", "name", cc->name, "reason", reason));
-                } else if ((why = context_config_setting_change(context_config(c), cc)))
-                        r = report_add(updated, json_pack("{s:s, s:s}", "name", cc->name, "setting", why));
-                else
-                        unchanged++;
+        r = supervisor_plan(s, new, &plan);
+        if (r < 0)
+                return r;
+        /* Built first, so that running out of memory for it changes nothing. */
+        report = reload_plan_report(&plan);
+        if (!report)
+                return -ENOMEM;
+        if (!dry_run) {
+                r = supervisor_apply(s, &plan, &new, ret_error);
                 if (r < 0)
                         return r;
         }
-        for (size_t i = 0; i < s->n_contexts; i++)
-                if (!config_find_context(new, context_name(s->contexts[i])) &&
-                    report_add(removed, json_string(context_name(s->contexts[i]))) < 0)
-                        return -ENOMEM;
-
-        if (!dry_run) {
-                /* Everything that can fail happens before the first change. */
-                table = calloc(new->n_contexts + 1, sizeof(Context *));
-                created = calloc(new->n_contexts + 1, sizeof(Context *));
-                Context **grown = realloc(s->retiring, sizeof(Context *) * (s->n_retiring + s->n_contexts + 1));
-                if (!table || !created || !grown) {
-                        free(table);
-                        free(created);
-                        return -ENOMEM;
-                }
-                s->retiring = grown;
-                for (size_t i = 0; i < new->n_contexts; i++) {
-                        _cleanup_free_ char *warning = NULL;
-                        Context *c = supervisor_find(s, new->contexts[i].name);
-                        if (c) {
-                                table[i] = c;
-                                continue;
-                        }
-                        r = context_new(&s->host, &new->contexts[i], &table[i], &warning);
-                        if (r < 0) {
-                                for (size_t k = 0; k < n_created; k++)
-                                        context_free(created[k]);
-                                free(table);
-                                free(created);
-                                if (asprintf(ret_error, "Failed to set up context %s: %s", new->contexts[i].name,
-                                             strerror(-r)) < 0)
-                                        *ret_error = NULL;
-                                return r;
-                        }
-                        if (warning)
-                                log_warning("%s: %s", new->contexts[i].name, warning);
-                        created[n_created++] = table[i];
-                }
-
-                /* Apply. Removed contexts stop and are freed once stopped. */
-                for (size_t i = 0; i < s->n_contexts; i++) {
-                        Context *c = s->contexts[i];
-                        if (config_find_context(new, context_name(c)))
-                                continue;
-                        log_info("%s: removed from the configuration; stopping", context_name(c));
-                        s->retiring[s->n_retiring++] = c;
-                        context_stop(c);
-                }
-                for (size_t i = 0; i < new->n_contexts; i++) {
-                        const ContextConfig *cc = &new->contexts[i];
-                        Context *c = table[i];
-                        bool fresh = false, process;
-                        for (size_t k = 0; k < n_created && !fresh; k++)
-                                fresh = created[k] == c;
-                        if (fresh)
-                                continue;
-                        process = context_config_process_differs(context_config(c), cc);
-                        bool autostart_now = cc->autostart && !context_config(c)->autostart;
-                        if (context_set_config(c, cc) < 0) {
-                                log_error("%s: out of memory applying the new settings", cc->name);
-                                continue;
-                        }
-                        if (process && context_state(c) != CONTEXT_STOPPED) {
-                                log_info("%s: settings of its process changed; restarting", cc->name);
-                                context_restart(c);
-                        } else if (autostart_now && context_state(c) == CONTEXT_STOPPED)
-                                context_start(c);
-                }
-                free(s->contexts);
-                s->contexts = table;
-                s->n_contexts = new->n_contexts;
-                s->config->port_min = s->host.port_min = new->port_min;
-                s->config->port_max = s->host.port_max = new->port_max;
-                /* The directories stay as the daemon started with them (see not_applied). */
-                free(new->socket_path);
-                free(new->runtime_dir);
-                free(new->state_dir);
-                new->socket_path = TAKE_PTR(s->config->socket_path);
-                new->runtime_dir = TAKE_PTR(s->config->runtime_dir);
-                new->state_dir = TAKE_PTR(s->config->state_dir);
-                config_free(s->config);
-                s->config = TAKE_PTR(new);
-                for (size_t k = 0; k < n_created; k++)
-                        if (context_autostart(created[k]))
-                                context_start(created[k]);
-                free(created);
-                supervisor_update_status(s);
-        }
-
-        *ret_report =
-                json_pack("{s:O, s:O, s:O, s:O, s:I, s:O}", "added", added, "removed", removed, "restarted", restarted,
-                          "updated", updated, "unchanged", (json_int_t) unchanged, "not_applied", not_applied);
-        return *ret_report ? 0 : -ENOMEM;
+        *ret_report = TAKE_PTR(report);
+        return 0;
 }
 
 /* A reload's report as the log lines kernelctl also prints. */
