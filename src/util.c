@@ -552,6 +552,18 @@ int strv_env_set(char ***env, size_t *n, char *kv) {
         return strv_push(env, n, kv);
 }
 
+char *strjoin(const char *a, const char *b) {
+        char *s;
+
+        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
+}
+
+int strv_env_set_copy(char ***env, const char *kv) {
+        size_t n = strv_length(*env);
+
+        return strv_env_set(env, &n, strdup(kv));
+}
+
 char *json_dump_line(const json_t *j, size_t flags) {
         _cleanup_free_ char *s = json_dumps(j, flags);
         char *t;
@@ -596,4 +608,15 @@ bool context_name_valid(const char *name) {
                         return false;
         /* "." and ".." would name directories, not contexts. */
         return !streq(name, ".") && !streq(name, "..");
+}
+
+int write_string_file(const char *path, const char *value) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        size_t n = strlen(value);
+
+        if (fd < 0)
+                return -errno;
+        if (write(fd, value, n) != (ssize_t) n)
+                return -errno;
+        return 0;
 }
