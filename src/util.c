@@ -79,15 +79,27 @@ char *format_duration(char *buf, size_t size, usec_t u) {
         return buf;
 }
 
-char *format_timestamp(char *buf, size_t size, usec_t t) {
+/* ISO 8601 in UTC, with digits (3 or 6) of the second's fraction. */
+static char *format_iso8601(char *buf, size_t size, usec_t t, bool micro) {
         time_t sec = (time_t) (t / USEC_PER_SEC);
         struct tm tm;
         char base[32];
 
         gmtime_r(&sec, &tm);
         strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(buf, size, "%s.%03lluZ", base, (t % USEC_PER_SEC) / USEC_PER_MSEC);
+        if (micro)
+                snprintf(buf, size, "%s.%06lluZ", base, t % USEC_PER_SEC);
+        else
+                snprintf(buf, size, "%s.%03lluZ", base, (t % USEC_PER_SEC) / USEC_PER_MSEC);
         return buf;
+}
+
+char *format_timestamp(char *buf, size_t size, usec_t t) {
+        return format_iso8601(buf, size, t, false);
+}
+
+char *format_timestamp_usec(char *buf, size_t size, usec_t t) {
+        return format_iso8601(buf, size, t, true);
 }
 
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret) {

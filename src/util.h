@@ -20,6 +20,8 @@ int parse_duration(const char *s, usec_t *ret);
 char *format_duration(char *buf, size_t size, usec_t usec);
 /* RFC 3339 UTC with milliseconds for a CLOCK_REALTIME value: "2026-11-29T10:11:32.123Z". */
 char *format_timestamp(char *buf, size_t size, usec_t realtime);
+/* The same with microseconds, as jupyter_client writes a message header's date. */
+char *format_timestamp_usec(char *buf, size_t size, usec_t realtime);
 
 /* Parses a whole decimal unsigned number in [min, max]; -EINVAL/-ERANGE otherwise. */
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret);
