@@ -89,7 +89,10 @@ def test_acked_not_exiting(tap, d):
     tap.eq(r["result"], "'left'", "a cell left a non-daemon thread running")
     mark = d.log_mark()
     client_shutdown(tap, before["connection_file"], "shutdown_request with a thread left")
-    # check waits through the stop and the restart, and answers for the new kernel.
+    # The control reply goes to the client alone; the daemon learns of it from the iopub broadcast, which
+    # ipykernel sends a moment later. From then on check waits through the stop and the restart, and answers
+    # for the new kernel.
+    d.wait_log("acknowledged a client's shutdown_request", mark)
     r = d.ctl("check", "default", "--expect", before["kernel_id"], "--timeout", "60", timeout=90)
     tap.eq(r.returncode, 8, "check after the acknowledged shutdown: kernel replaced (exit 8)", r.stdout + r.stderr)
     tap.ok("(state ready)" not in r.stdout + r.stderr, "check says nothing about a ready state it did not wait for",
