@@ -363,6 +363,14 @@ static void test_backoff_failed(World *w) {
         long long failed_at = last_entered(w, c, CONTEXT_FAILED);
         ok(run_until(w, c, CONTEXT_STARTING), "cool-down: a failed context is launched again");
         ok(last_entered(w, c, CONTEXT_STARTING) - failed_at >= 1000, "cool-down: not before failed_cooldown (1 s)");
+        /* A backoff long enough that the loop cannot run past it (a loaded machine may stall it for 50 ms)
+         * before the stop below lands in it. */
+        ContextConfig *slow = context_config_dup(context_config(c));
+        if (slow) {
+                slow->backoff_min = slow->backoff_max = 30 * USEC_PER_SEC;
+                (void) context_set_config(c, slow);
+                context_config_free(slow);
+        }
         ok(run_until(w, c, CONTEXT_BACKOFF), "cool-down: the start limit starts afresh (backoff, not failed)");
         context_stop(c);
         is_int(context_state(c), CONTEXT_STOPPED, "crash: stop during backoff is at once");
