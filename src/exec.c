@@ -465,11 +465,14 @@ static void kernel_clear(ExecQueue *q) {
         q->kernel.ours = false;
 }
 
+/* A request of ours the queue still waits on. */
+static bool id_is_live(const ExecQueue *q, const char *id) {
+        return *id && (streq(id, q->run.msg_id) || streq(id, q->run.probe_id) || streq(id, q->hs_msg_id) ||
+                       streq(id, q->kernel.gate_id));
+}
+
 static bool id_is_own(const ExecQueue *q, const char *id) {
-        if (!*id)
-                return false;
-        if (streq(id, q->run.msg_id) || streq(id, q->run.probe_id) || streq(id, q->hs_msg_id) ||
-            streq(id, q->kernel.gate_id))
+        if (id_is_live(q, id))
                 return true;
         for (size_t i = 0; i < OWN_IDS; i++)
                 if (streq(id, q->own_ids[i]))
@@ -513,6 +516,10 @@ static void kernel_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *ms
         }
         if (!streq(state, "busy") || !*parent || type_is_control(ptype))
                 return;
+        /* A late busy of a request of ours already answered (iopub lags shell; an
+         * execute_request ipykernel aborts unrun gets no idle after it). */
+        if (id_is_own(q, parent) && !id_is_live(q, parent))
+                return;
         id = strdup(parent);
         if (!id)
                 return; /* as if lost: the gate's round trip or a deadline gets the queue out */
@@ -521,6 +528,11 @@ static void kernel_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *ms
         snprintf(q->kernel.msg_type, sizeof q->kernel.msg_type, "%s", ptype);
         q->kernel.ours = id_is_own(q, parent);
         q->kernel.seq++;
+        /* Another client's cell: a round trip behind it says when it is over,
+         * should its idle never come (a dropped iopub, a request ipykernel
+         * aborts unrun), so that status never stays busy for an idle kernel. */
+        if (!q->kernel.ours && streq(ptype, "execute_request"))
+                kernel_gate(q);
 }
 
 /* The reply to a request: the kernel has left it (a request ipykernel

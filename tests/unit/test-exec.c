@@ -619,7 +619,7 @@ static const char *running(ExecQueue *q) {
 /* Another client's cell: status shows it, interrupt reaches it, ours waits. */
 static void test_other_busy(ExecQueue *q, Done *d) {
         ExecOptions opt = default_opt;
-        unsigned since = n_sent, interrupts = w.interrupts, busy_true = w.busy_true;
+        unsigned since = n_sent, interrupts = w.interrupts, busy_true = w.busy_true, since_gate;
         const char *gate, *id;
 
         feed_other(q, "other-1", "execute_request", "busy");
@@ -628,9 +628,12 @@ static void test_other_busy(ExecQueue *q, Done *d) {
         is_int(w.busy_true, busy_true + 1, "other: busy(true) told once");
         is_str(running(q), "other", "other: running \"other\"");
         is_int(exec_queue_execution_count(q), 41, "other: the kernel's count from its execute_input");
+        gate = sent_since(since, "kernel_info_request");
+        ok(gate != NULL, "other: a kernel_info_request goes behind the other cell");
+        since_gate = n_sent;
         ok(exec_queue_interrupt(q), "other: interrupt says there was a cell");
         is_int(w.interrupts, interrupts + 1, "other: the interrupt hook ran");
-        ok(sent_index(since, "kernel_info_request") < 0, "other: no probe for another client's cell");
+        ok(sent_index(since_gate, "kernel_info_request") < 0, "other: no probe for another client's cell");
 
         /* A control request of another client comes and goes: the shell is still busy. */
         feed_other(q, "ctl-1", "interrupt_request", "busy");
@@ -641,8 +644,7 @@ static void test_other_busy(ExecQueue *q, Done *d) {
         is_int(exec_queue_submit(q, "mine = 1", &opt, &sink, d, NULL), 0, "other: submit ours");
         ok(sent_index(since, "execute_request") < 0, "other: ours waits while the kernel is busy");
         is_int(exec_queue_pending(q), 1, "other: queued with us");
-        gate = sent_since(since, "kernel_info_request");
-        ok(gate != NULL, "other: a kernel_info_request goes behind the other cell");
+        ok(sent_since(since, "kernel_info_request") == gate, "other: one gate for one cell of the other client");
         feed_other(q, "other-1", "execute_request", "idle");
         id = sent_since(since, "execute_request");
         ok(id != NULL, "other: its idle sends ours");
@@ -687,6 +689,15 @@ static void test_other_lost_idle(ExecQueue *q, Done *d) {
         feed_reply(q, id, "ok");
         feed_status(q, id, "idle");
         ok(d->done && d->status == EXEC_OK && !w.busy, "lost other idle: ours ends ok, not busy");
+
+        /* With nothing of ours waiting: the round trip behind it still ends the busy state. */
+        since = n_sent;
+        feed_other(q, "other-7", "execute_request", "busy");
+        gate = sent_since(since, "kernel_info_request");
+        ok(gate != NULL && w.busy, "lost other idle, nothing waiting: busy, a gate goes out");
+        if (gate)
+                feed_info(q, gate);
+        ok(!exec_queue_busy(q) && !w.busy, "lost other idle, nothing waiting: the gate's reply ends it");
 }
 
 /* Ours is sent, but another client's request reached the shell first. */
@@ -718,9 +729,10 @@ static void test_behind_other(ExecQueue *q, Done *d) {
         since = n_sent;
         feed_other(q, "other-3", "execute_request", "idle");
         ok(sent_index(since, "execute_request") < 0, "behind: nothing sent while the withdrawn one is in the kernel");
-        feed_status(q, mine, "busy");
         feed_reply(q, mine, "aborted"); /* ipykernel: no idle after this one */
         ok(!exec_queue_busy(q) && !w.busy, "behind: the aborted reply frees the slot, not busy");
+        feed_status(q, mine, "busy"); /* iopub lags shell: its busy comes after the reply */
+        ok(!exec_queue_busy(q) && !w.busy, "behind: a late busy of the answered request is no cell");
         is_int(w.interrupts, interrupts, "behind: still nothing interrupted");
 
         /* The same, but the abort crossed its start: ours is interrupted as it starts. */
