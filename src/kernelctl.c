@@ -70,7 +70,7 @@ static void help(void) {
                "                       all are up and the daemon is not degraded)\n"
                "  exec CTX [CODE|-]    run a cell in the context's kernel (code from stdin\n"
                "                       without CODE or with -) and print its outputs\n"
-               "  interrupt CTX        interrupt the cell running in a context\n"
+               "  interrupt CTX        interrupt the cell running in a context (any client's)\n"
                "  check CTX            wait until the context is ready and answers; with\n"
                "                       --expect, say whether it is still that kernel\n"
                "  wait [CTX...]        wait until the contexts (default: the autostart\n"
@@ -110,7 +110,8 @@ static void help(void) {
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost).\n"
+               "8 kernel replaced (namespace lost), 10 the cell never started (its timeout\n"
+               "passed while it waited; it will not run).\n"
                "See kernelctl(1).\n");
 }
 
