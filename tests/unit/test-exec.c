@@ -594,7 +594,7 @@ static int sent_index(unsigned since, const char *type) {
         return -1;
 }
 
-/* An iopub status of another client's request (its parent names its type, as a real one does). */
+/* An iopub status whose parent names its type, as a real one does (another client's, or ours). */
 static void feed_other(ExecQueue *q, const char *parent, const char *parent_type, const char *state) {
         JupyterMsg m;
 
@@ -731,7 +731,7 @@ static void test_behind_other(ExecQueue *q, Done *d) {
         ok(sent_index(since, "execute_request") < 0, "behind: nothing sent while the withdrawn one is in the kernel");
         feed_reply(q, mine, "aborted"); /* ipykernel: no idle after this one */
         ok(!exec_queue_busy(q) && !w.busy, "behind: the aborted reply frees the slot, not busy");
-        feed_status(q, mine, "busy"); /* iopub lags shell: its busy comes after the reply */
+        feed_other(q, mine, "execute_request", "busy"); /* iopub lags shell: its busy comes after the reply */
         ok(!exec_queue_busy(q) && !w.busy, "behind: a late busy of the answered request is no cell");
         is_int(w.interrupts, interrupts, "behind: still nothing interrupted");
 
