@@ -792,9 +792,12 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
 void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message) {
         if (!q || !q->conn || (channel != CHANNEL_IOPUB && channel != CHANNEL_SHELL))
                 return;
-        /* The idle of another client's request, or the gate's reply, may be lost: ask again. */
-        q->kernel.gate_id[0] = '\0';
-        queue_gate(q);
+        /* The idle of another client's request may be lost (iopub), or the
+         * gate's reply that stands in for it (shell): ask, or ask again. */
+        if (channel == CHANNEL_SHELL)
+                q->kernel.gate_id[0] = '\0';
+        if (kernel_busy_other(q))
+                kernel_gate(q);
         if (!run_taken(q))
                 return;
         if (channel == CHANNEL_IOPUB)

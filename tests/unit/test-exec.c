@@ -698,6 +698,21 @@ static void test_other_lost_idle(ExecQueue *q, Done *d) {
         if (gate)
                 feed_info(q, gate);
         ok(!exec_queue_busy(q) && !w.busy, "lost other idle, nothing waiting: the gate's reply ends it");
+
+        /* Dropped connections: the gate's reply still comes after an iopub drop; after a shell drop it is asked again.
+         */
+        since = n_sent;
+        feed_other(q, "other-8", "execute_request", "busy");
+        gate = sent_since(since, "kernel_info_request");
+        exec_queue_on_dropped(q, CHANNEL_IOPUB, 12345);
+        ok(gate && sent_since(since, "kernel_info_request") == gate, "dropped iopub: the gate stands");
+        exec_queue_on_dropped(q, CHANNEL_SHELL, 12345);
+        id = sent_since(since, "kernel_info_request");
+        ok(id && id != gate, "dropped shell: a new gate goes out");
+        ok(w.busy, "dropped shell: still busy with the other cell");
+        if (id)
+                feed_info(q, id);
+        ok(!exec_queue_busy(q) && !w.busy, "dropped shell: the new gate's reply ends it");
 }
 
 /* Ours is sent, but another client's request reached the shell first. */
