@@ -817,6 +817,50 @@ static void test_behind_other(ExecQueue *q, Done *d) {
         json_decref(next.streamed);
 }
 
+/* What other clients (or a hostile one) make the kernel publish: long ids, floods, junk. */
+static void test_other_hostile(ExecQueue *q) {
+        size_t len = 1024 * 1024;
+        char *big = malloc(len + 1);
+        char id[32];
+        JupyterMsg m;
+        long long count;
+
+        if (!ok(big != NULL, "hostile: allocation"))
+                return;
+        memset(big, 'a', len);
+        big[len] = '\0';
+        feed_other(q, big, "execute_request", "busy");
+        is_str(running(q), "other", "hostile: a 1 MiB parent msg_id is followed");
+        big[len - 1] = 'b';
+        feed_other(q, big, "execute_request", "idle");
+        is_str(running(q), "other", "hostile: an idle of another 1 MiB id does not end it");
+        big[len - 1] = 'a';
+        feed_other(q, big, "execute_request", "idle");
+        ok(!exec_queue_busy(q), "hostile: its own idle does");
+        free(big);
+
+        /* 100000 busy statuses without an idle: one request is remembered, the last. */
+        for (int i = 0; i < 100000; i++) {
+                snprintf(id, sizeof id, "flood-%d", i);
+                feed_other(q, id, "execute_request", "busy");
+        }
+        feed_other(q, "flood-99999", "execute_request", "idle");
+        ok(!exec_queue_busy(q) && !w.busy, "hostile: after a flood of busy, the last one's idle ends it");
+
+        /* Junk: no parent, a parent msg_id that is not a string, no execution_state, a count that is not a number. */
+        feed_other(q, "", "execute_request", "busy");
+        if (jupyter_msg_new("status", "kernel-session", json_pack("{s:s}", "execution_state", "busy"), &m) >= 0) {
+                json_object_set_new(m.parent_header, "msg_id", json_integer(7));
+                exec_queue_on_iopub(q, &m);
+                jupyter_msg_done(&m);
+        }
+        feed(q, CHANNEL_IOPUB, "status", "junk-1", json_object());
+        ok(!exec_queue_busy(q), "hostile: statuses without a parent or a state are no cell");
+        count = exec_queue_execution_count(q);
+        feed(q, CHANNEL_IOPUB, "execute_input", "junk-2", json_pack("{s:s}", "execution_count", "many"));
+        ok(count == 50 && exec_queue_execution_count(q) == count, "hostile: a count that is not a number is ignored");
+}
+
 static void test_clients(void) {
         ExecQueue *q = NULL;
         Done d = { 0 };
@@ -841,6 +885,7 @@ static void test_clients(void) {
         test_other_busy(q, &d);
         test_other_lost_idle(q, &d);
         test_behind_other(q, &d);
+        test_other_hostile(q);
 
         exec_queue_free(q);
         uv_close((uv_handle_t *) &w.safety, NULL);
