@@ -858,7 +858,7 @@ static void test_other_hostile(ExecQueue *q) {
         ok(!exec_queue_busy(q), "hostile: statuses without a parent or a state are no cell");
         count = exec_queue_execution_count(q);
         feed(q, CHANNEL_IOPUB, "execute_input", "junk-2", json_pack("{s:s}", "execution_count", "many"));
-        ok(count == 50 && exec_queue_execution_count(q) == count, "hostile: a count that is not a number is ignored");
+        ok(count >= 0 && exec_queue_execution_count(q) == count, "hostile: a count that is not a number is ignored");
 }
 
 static void test_clients(void) {
