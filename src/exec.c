@@ -324,8 +324,11 @@ static void timer_cb(uv_timer_t *t) {
         if (!q->run.started) {
                 run_withdraw(q);
                 answer_not_started(q, cell,
-                                   "another client's request reached the kernel first and was still running; the "
-                                   "cell was withdrawn and will not run");
+                                   kernel_busy_other(q) ? "another client's request reached the kernel first and was "
+                                                          "still running; the cell was withdrawn and will not run"
+                                                        : "the kernel had not started it (another client's request "
+                                                          "may have reached it first); the cell was withdrawn and "
+                                                          "will not run");
                 queue_update_busy(q);
                 return;
         }
