@@ -1,6 +1,6 @@
 """Other clients of a context's kernel, against a real daemon and a real ipykernel: a stock
 jupyter_client (BlockingKernelClient on the published connection file, in its own process)
-runs a 6 s cell while kernelctl looks on. status shows busy and whose cell it is, and the
+runs a long cell (it waits until the test releases it, at most 120 s) while kernelctl looks on. status shows busy and whose cell it is, and the
 kernel's own execution count; kernelctl interrupt interrupts the other client's cell; an
 exec --timeout queued behind it is answered not started (exit 10) and never runs, and
 the other cell finishes untouched; so does an exec whose kernelctl is killed while it
@@ -60,22 +60,30 @@ for code in sys.argv[3:]:
 kc.stop_channels()
 '''
 
-SLEEP6 = "print('started', flush=True)\nimport time\ntime.sleep(6)\nouter_done = True"
+# The other client's long cell: it runs until the test creates the file {flag}.
+LONG = ("print('started', flush=True)\nimport os, time\nt0 = time.monotonic()\n"
+        "while not os.path.exists({flag!r}) and time.monotonic() - t0 < 120:\n    time.sleep(0.02)\n"
+        "outer_done = True")
 # Makes the kernel publish no busy status (its idle still goes out): the next cell of the
 # other client then runs while the daemon sees the kernel idle, so our cell reaches the
 # kernel behind it, as when the other client's request wins the race to the shell.
 HIDE_BUSY = ("k = get_ipython().kernel\n"
              "k._ks_orig = getattr(k, '_ks_orig', k._publish_status)\n"
              "k._publish_status = lambda s, c, parent=None: None if s == 'busy' else k._ks_orig(s, c, parent)")
-SLEEP6_SHOW_BUSY = SLEEP6 + "\nk._publish_status = k._ks_orig"
+LONG_SHOW_BUSY = LONG + "\nk._publish_status = k._ks_orig"
 
 
 class Other:
-    """The other client, in its own process."""
+    """The other client, in its own process; its cells may hold {flag}, a file that
+    release() creates."""
+    n = 0
 
     def __init__(self, d, *cells):
         conn = d.context("default")["connection_file"]
-        self.p = subprocess.Popen([sys.executable, "-c", CLIENT, conn, str(harness.scaled(60)), *cells],
+        Other.n += 1
+        self.flag = os.path.join(d.tmp, f"release-{Other.n}")
+        cells = [c.format(flag=self.flag) if "{flag" in c else c for c in cells]
+        self.p = subprocess.Popen([sys.executable, "-c", CLIENT, conn, str(harness.scaled(180)), *cells],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
 
@@ -92,6 +100,10 @@ class Other:
                 if not text:
                     raise harness.HarnessError(f"the other client exited: {self.p.wait()} {self.p.stderr.read()}")
                 return json.loads(text)
+
+    def release(self):
+        with open(self.flag, "w"):
+            pass
 
     def started(self):
         """Waits until its cell runs (it printed "started"); returns that line."""
@@ -119,11 +131,14 @@ def back_to_idle(tap, d, what):
 
 
 def test_status_and_interrupt(tap, d):
-    other = Other(d, SLEEP6)
+    other = Other(d, LONG)
     ev = other.started()
-    c = d.context("default")
-    tap.eq((c["state"], c.get("running")), ("busy", "other"), "another client's cell: status busy, running other")
-    tap.eq(c.get("execution_count"), ev["count"], "status shows the kernel's own execution count", repr(c))
+    # The daemon reads the same iopub messages as the other client, a moment later maybe.
+    c = d.wait_context("default", lambda c: c.get("state") == "busy" and c.get("execution_count") == ev["count"],
+                       "busy with the other client's cell")
+    tap.eq(c.get("running"), "other", "another client's cell: status busy, running other")
+    tap.ok(isinstance(ev["count"], int) and ev["count"] > 0,
+           "status shows the kernel's own execution count, from the other client's cell", repr(ev))
     r = d.ctl("status", "default")
     tap.contains(r.stdout, "another client's cell", "the status table says whose cell runs")
     tap.eq(r.returncode, 0, "status exits 0 while busy")
@@ -139,7 +154,7 @@ def test_status_and_interrupt(tap, d):
 
 
 def test_timeout_queued(tap, d):
-    other = Other(d, SLEEP6)
+    other = Other(d, LONG)
     other.started()
     r = d.ctl("--timeout", "2", "exec", "default", "print('B'); w = 1", timeout=60)
     tap.eq(r.returncode, 10, "exec --timeout 2 behind another client's cell: exit 10", r.stdout + r.stderr)
@@ -148,22 +163,24 @@ def test_timeout_queued(tap, d):
     tap.contains(r.stderr, "another client's request", "stderr says why it did not start")
     c = d.context("default")
     tap.eq((c["state"], c.get("running")), ("busy", "other"), "the other cell still runs")
+    other.release()
     res = other.done()
     tap.eq((res["status"], res["ename"]), ("ok", None), "the other cell finished normally (no KeyboardInterrupt)")
     back_to_idle(tap, d, "after the timeout")
     r = d.ctl("exec", "default", "'w' in dir()")
     tap.eq(r.stdout.split("\n")[0], "False", "our cell never ran later")
 
-    other = Other(d, SLEEP6)
+    other = Other(d, LONG)
     other.started()
     rc, j = d.ctl_json("--timeout", "1", "exec", "default", "w = 2", timeout=60)
     tap.eq((rc, (j or {}).get("status")), (10, "not_started"), "--json: status not_started, exit 10")
+    other.release()
     tap.eq(other.done()["status"], "ok", "--json: the other cell finished normally")
     back_to_idle(tap, d, "after the --json timeout")
 
 
 def test_killed_waiting(tap, d):
-    other = Other(d, SLEEP6)
+    other = Other(d, LONG)
     other.started()
     p = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "exec", "default", "print('C'); v = 1"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -171,6 +188,7 @@ def test_killed_waiting(tap, d):
     p.kill()
     p.communicate()
     d.wait_context("default", lambda c: c.get("queued") == 0, "the killed client's cell to leave the queue")
+    other.release()
     res = other.done()
     tap.eq((res["status"], res["ename"]), ("ok", None), "killed waiting kernelctl: the other cell finished normally")
     back_to_idle(tap, d, "after the killed kernelctl")
@@ -180,14 +198,16 @@ def test_killed_waiting(tap, d):
 
 def test_race(tap, d):
     """Our cell reaches the kernel behind the other client's (the daemon saw no busy)."""
-    other = Other(d, HIDE_BUSY, SLEEP6_SHOW_BUSY)
+    other = Other(d, HIDE_BUSY, LONG_SHOW_BUSY)
     other.started()
-    tap.eq(d.context("default")["state"], "ready", "race: the daemon sees the kernel idle (its busy is hidden)")
+    c = d.wait_state("default", "ready")
+    tap.eq(c.get("running"), None, "race: the daemon sees the kernel idle (its busy is hidden)")
     r = d.ctl("--timeout", "2", "exec", "default", "print('R'); race = 1", timeout=60)
     tap.eq(r.returncode, 10, "race: our cell, sent behind the other, is not started at its timeout",
            r.stdout + r.stderr)
     tap.eq(r.stdout.rstrip("\n").split("\n")[-1], "[not started: timeout]", "race: the last line says not started")
     tap.contains(r.stderr, "withdrawn and will not run", "race: stderr says it was withdrawn")
+    other.release()
     res = other.done()
     tap.eq((res["status"], res["ename"]), ("ok", None), "race: the other cell finished normally (no interrupt)")
     back_to_idle(tap, d, "after the race")
@@ -195,7 +215,7 @@ def test_race(tap, d):
     tap.eq(r.stdout.split("\n")[0], "False", "race: our withdrawn cell never ran in the kernel")
 
     # The same with a kernelctl killed while its cell sits in the kernel behind the other.
-    other = Other(d, HIDE_BUSY, SLEEP6_SHOW_BUSY)
+    other = Other(d, HIDE_BUSY, LONG_SHOW_BUSY)
     other.started()
     p = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "exec", "default", "race2 = 1"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -203,6 +223,7 @@ def test_race(tap, d):
                    "our cell to be on the kernel")
     p.kill()
     p.communicate()
+    other.release()
     res = other.done()
     tap.eq((res["status"], res["ename"]), ("ok", None), "race, killed kernelctl: the other cell finished normally")
     back_to_idle(tap, d, "after the race with a killed kernelctl")
