@@ -49,7 +49,7 @@ typedef enum ExecStatus {
         EXEC_ABORTED, /* the queue was shut down (context stopped, daemon exiting); exit 1 */
         /* Its timeout passed before the kernel started it (waiting in our
          * queue, or sent and queued in the kernel behind another client's
-         * cell): nothing was interrupted, and it will not run; exit 10. */
+         * cell): nothing was interrupted, and it will not run; exit 11. */
         EXEC_NOT_STARTED,
         _EXEC_STATUS_MAX,
 } ExecStatus;

@@ -2,7 +2,7 @@
 jupyter_client (BlockingKernelClient on the published connection file, in its own process)
 runs a long cell (it waits until the test releases it, at most 120 s) while kernelctl looks on. status shows busy and whose cell it is, and the
 kernel's own execution count; kernelctl interrupt interrupts the other client's cell; an
-exec --timeout queued behind it is answered not started (exit 10) and never runs, and
+exec --timeout queued behind it is answered not started (exit 11) and never runs, and
 the other cell finishes untouched; so does an exec whose kernelctl is killed while it
 waits; the same when our cell had already reached the kernel behind the other one (the
 race the daemon cannot avoid: it is withdrawn with an abort_request, never interrupted);
@@ -157,7 +157,7 @@ def test_timeout_queued(tap, d):
     other = Other(d, LONG)
     other.started()
     r = d.ctl("--timeout", "2", "exec", "default", "print('B'); w = 1", timeout=60)
-    tap.eq(r.returncode, 10, "exec --timeout 2 behind another client's cell: exit 10", r.stdout + r.stderr)
+    tap.eq(r.returncode, 11, "exec --timeout 2 behind another client's cell: exit 11", r.stdout + r.stderr)
     tap.eq(r.stdout.rstrip("\n").split("\n")[-1], "[not started: timeout]", "the last line says not started")
     tap.ok("B" not in r.stdout, "its code did not print", repr(r.stdout))
     tap.contains(r.stderr, "another client's request", "stderr says why it did not start")
@@ -173,7 +173,7 @@ def test_timeout_queued(tap, d):
     other = Other(d, LONG)
     other.started()
     rc, j = d.ctl_json("--timeout", "1", "exec", "default", "w = 2", timeout=60)
-    tap.eq((rc, (j or {}).get("status")), (10, "not_started"), "--json: status not_started, exit 10")
+    tap.eq((rc, (j or {}).get("status")), (11, "not_started"), "--json: status not_started, exit 11")
     other.release()
     tap.eq(other.done()["status"], "ok", "--json: the other cell finished normally")
     back_to_idle(tap, d, "after the --json timeout")
@@ -203,7 +203,7 @@ def test_race(tap, d):
     c = d.wait_state("default", "ready")
     tap.eq(c.get("running"), None, "race: the daemon sees the kernel idle (its busy is hidden)")
     r = d.ctl("--timeout", "2", "exec", "default", "print('R'); race = 1", timeout=60)
-    tap.eq(r.returncode, 10, "race: our cell, sent behind the other, is not started at its timeout",
+    tap.eq(r.returncode, 11, "race: our cell, sent behind the other, is not started at its timeout",
            r.stdout + r.stderr)
     tap.eq(r.stdout.rstrip("\n").split("\n")[-1], "[not started: timeout]", "race: the last line says not started")
     tap.contains(r.stderr, "withdrawn and will not run", "race: stderr says it was withdrawn")

@@ -167,7 +167,7 @@ def test_late_interrupt(tap, d):
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     p.stdout.readline()
     r = d.ctl("--timeout", "1", "exec", "late", "queued = 1", timeout=60)
-    tap.eq(r.returncode, 10, "queued cell: exit 10 (not started) at its timeout", r.stderr)
+    tap.eq(r.returncode, 11, "queued cell: exit 11 (not started) at its timeout", r.stderr)
     tap.eq(r.stdout.rstrip("\n").split("\n")[-1], "[not started: timeout]", "queued cell: [not started: timeout]")
     tap.contains(r.stderr, "did not start within its timeout", "queued cell: says it did not start")
     out, err = p.communicate(timeout=harness.scaled(60))
