@@ -1066,8 +1066,11 @@ json_t *context_to_json(const Context *c) {
         /* A running kernel's own, which differs from the setting only while a reload restarts it. */
         Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
         const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
+        /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
+        const char *cell = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL;
+        json_t *j;
 
-        return json_pack(
+        j = json_pack(
                 "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
                 c->name, "state", context_state_to_string(c->state), "pid",
                 running ? json_integer(c->pid) : json_null(), "kernel_id",
@@ -1080,4 +1083,9 @@ json_t *context_to_json(const Context *c) {
                 count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity), "queued",
                 (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits), "transport",
                 transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
+        if (j && json_object_set_new(j, "running", cell ? json_string(cell) : json_null()) < 0) {
+                json_decref(j);
+                return NULL;
+        }
+        return j;
 }
