@@ -92,6 +92,7 @@ char *format_timestamp(char *buf, size_t size, usec_t t) {
 
 int parse_timestamp(const char *s, usec_t *ret) {
         static const char form[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+        char buf[sizeof form];
         struct tm tm = {};
         unsigned msec;
         time_t sec;
@@ -112,7 +113,8 @@ int parse_timestamp(const char *s, usec_t *ret) {
         if (sec < 0)
                 return -EINVAL;
         *ret = (usec_t) sec * USEC_PER_SEC + msec * USEC_PER_MSEC;
-        return 0;
+        /* timegm() takes February 31 as March 3: only a date that exists reads back as written. */
+        return streq(format_timestamp(buf, sizeof buf, *ret), s) ? 0 : -EINVAL;
 }
 
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret) {

@@ -20,7 +20,7 @@ int parse_duration(const char *s, usec_t *ret);
 char *format_duration(char *buf, size_t size, usec_t usec);
 /* RFC 3339 UTC with milliseconds for a CLOCK_REALTIME value: "2026-11-29T10:11:32.123Z". */
 char *format_timestamp(char *buf, size_t size, usec_t realtime);
-/* The inverse of format_timestamp(): exactly that form, from 1970 on; -EINVAL otherwise. */
+/* The inverse of format_timestamp(): exactly that form, a date that exists, from 1970 on; -EINVAL otherwise. */
 int parse_timestamp(const char *s, usec_t *ret);
 
 /* Parses a whole decimal unsigned number in [min, max]; -EINVAL/-ERANGE otherwise. */

@@ -684,6 +684,8 @@ static void test_timestamps(void) {
         ok(parse_timestamp("+026-12-01T03:17:51.155Z", &t) == -EINVAL, "a sign");
         ok(parse_timestamp("1969-12-31T23:59:59.999Z", &t) == -EINVAL, "before 1970");
         ok(parse_timestamp("", &t) == -EINVAL, "empty");
+        ok(parse_timestamp("2026-02-31T00:00:00.000Z", &t) == -EINVAL, "February 31");
+        ok(parse_timestamp("2026-12-01T24:00:00.000Z", &t) == -EINVAL, "hour 24");
 }
 
 int main(void) {
