@@ -12,6 +12,7 @@
 #include "connfile.h"
 #include "macro.h"
 #include "policy.h"
+#include "reply.h"
 #include "state.h"
 
 typedef struct Context Context;
@@ -117,5 +118,7 @@ int context_save_retry(Context *c);
  * this context's kernel, handles the exit (reaping it) and returns true. */
 bool context_child_exited(Context *c, pid_t pid);
 
-/* The status object of protocol.c's field list. */
+/* The context's status as a reply tells it (reply.h); *ret borrows from c until c changes. */
+void context_reply(const Context *c, ReplyContext *ret);
+/* The same, encoded: a new JSON object, NULL on out of memory. */
 json_t *context_to_json(const Context *c);
