@@ -536,6 +536,9 @@ static void test_hostile_values(void) {
         hostile_context("last_exit",
                         "{\"code\":null,\"signal\":\"SIGNOPE\",\"oom\":false,\"reason\":\"x\",\"at\":null}",
                         "last_exit.signal: unknown signal", "an unknown signal name");
+        hostile_context("last_exit",
+                        "{\"code\":null,\"signal\":\"XXKILL\",\"oom\":false,\"reason\":\"x\",\"at\":null}",
+                        "last_exit.signal: unknown signal", "a signal name without SIG");
         hostile_context("last_exit", "{\"code\":null,\"signal\":\"99999\",\"oom\":false,\"reason\":\"x\",\"at\":null}",
                         "last_exit.signal: unknown signal", "a signal number beyond the last");
         hostile_context("last_exit", "{\"code\":256,\"signal\":null,\"oom\":false,\"reason\":\"x\",\"at\":null}",
