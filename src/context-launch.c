@@ -311,6 +311,11 @@ void context_launch(Context *c) {
         size_t n_extra = 0;
         int outfd, r;
 
+        /* The last kernel's leftovers may still hold its ports or sockets: they go first (milliseconds). */
+        if (c->leftovers) {
+                c->launch_deferred = true;
+                return;
+        }
         uv_timer_stop(&c->timer);
         c->deadline_hit = false;
         c->got_info = c->got_iopub = false;
