@@ -305,8 +305,12 @@ static json_t *encode_value(const Field *f, const void *v) {
                 return json_string(buf);
         case FIELD_LIMIT_SET:
                 return limit_set_json(*AT(v, f, unsigned));
-        case FIELD_OUTPUT:
         case FIELD_OUTPUTS:
+                /* A cell that never reached the kernel has no outputs yet. */
+                if (!*AT(v, f, const json_t *))
+                        return json_array();
+                /* fall through */
+        case FIELD_OUTPUT:
         case FIELD_JSON:
                 /* jansson's API takes non-const values; a reference never modifies it. */
                 return json_incref((json_t *) *AT(v, f, const json_t *));

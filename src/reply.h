@@ -134,7 +134,7 @@ typedef struct ReplyExecResult {
         const char *status;        /* "ok", "error", "timeout", "died" or "aborted" */
         long long execution_count; /* -1: null */
         const char *kernel_id;     /* the kernel it ran on (after "died": its successor); NULL: null */
-        const json_t *outputs;     /* every output, an array of nbformat v4 output dicts */
+        const json_t *outputs;     /* every output, an array of nbformat v4 output dicts; NULL encodes as [] */
 } ReplyExecResult;
 
 typedef struct ReplyInterrupt {

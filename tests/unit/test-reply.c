@@ -435,6 +435,10 @@ static void test_round_trips(void) {
         res = (ReplyExecResult){ .status = "ok", .execution_count = 0, .kernel_id = "k", .outputs = outputs };
         ok(ROUND(exec_result, &res, &e) && e.execution_count == 0 && streq(e.kernel_id, "k"), "exec result, count 0");
         reply_exec_result_done(&e);
+        res = (ReplyExecResult){ .status = "aborted", .execution_count = -1 };
+        ok(ROUND(exec_result, &res, &e) && json_is_array(e.outputs) && json_array_size(e.outputs) == 0,
+           "exec result without outputs: an empty array");
+        reply_exec_result_done(&e);
         ok(ROUND(interrupt, &intr, &i) && i.interrupted, "interrupt");
         reply_interrupt_done(&i);
         ok(ROUND(report, &report, &rep) && report_equal(&rep, &report), "report, every list");
