@@ -40,6 +40,7 @@ typedef struct Options {
         const char *expect; /* check: the kernel_id saved earlier */
         usec_t timeout;     /* USEC_INFINITY when not given */
         bool dry_run;       /* reload: say what would change */
+        bool wait;          /* add: until the new context's kernel is ready */
         /* add: the new context's settings; env is NULL-terminated. */
         const char *user, *group, *cwd, *connection_file;
         char **env;
@@ -123,10 +124,11 @@ static int cmd_status(const Options *o, char **args, unsigned n_args) {
         return EXIT_OK;
 }
 
-/* start, stop and restart: the result is the context's status after the action. */
-static int cmd_action(const Options *o, const char *method, const char *name) {
+/* Sends start, stop or restart for name: EXIT_OK with the context's status after the action, as the daemon sent it
+ * in *ret_result (the caller's) and decoded in *ret (borrowing from it). */
+static int action_call(const Options *o, const char *method, const char *name, json_t **ret_result,
+                       ReplyContext *ret) {
         json_auto_t *params = NULL, *result = NULL;
-        _cleanup_(reply_context_done) ReplyContext c = {};
         ReplyProblem problem;
         bool is_stop = streq(method, "stop");
         usec_t timeout = o->timeout, wait;
@@ -143,22 +145,38 @@ static int cmd_action(const Options *o, const char *method, const char *name) {
         r = client_call(o->socket, method, TAKE_PTR(params), wait, &result);
         if (r != EXIT_OK)
                 return r;
-        if (reply_context_decode(result, &c, &problem) < 0)
+        if (reply_context_decode(result, ret, &problem) < 0)
                 return client_invalid_reply(&problem);
+        *ret_result = TAKE_PTR(result);
+        return EXIT_OK;
+}
 
+/* The reply came, but the context did not end where the action should have left it: exit 1, saying why. */
+static int action_verdict(bool is_stop, const ReplyContext *c) {
+        _cleanup_free_ char *shown_name = NULL, *shown_state = NULL, *error = NULL;
+
+        if (is_stop ? streq(c->state, "stopped") : render_state_is_up(c->state))
+                return EXIT_OK;
+        shown_name = client_sanitize(c->name, false);
+        shown_state = client_sanitize(c->state, false);
+        error = client_sanitize(c->last_error, false);
+        return client_fail(EXIT_FAILED, "%s is %s, not %s%s%s.", shown_name ?: "?", shown_state ?: "?",
+                           is_stop ? "stopped" : "ready", error && *error ? ": " : "", error ?: "");
+}
+
+/* start, stop and restart: the result is the context's status after the action. */
+static int cmd_action(const Options *o, const char *method, const char *name) {
+        json_auto_t *result = NULL;
+        _cleanup_(reply_context_done) ReplyContext c = {};
+        int r;
+
+        r = action_call(o, method, name, &result, &c);
+        if (r != EXIT_OK)
+                return r;
         r = o->json ? render_json(result) : render_action(&c, name);
         if (r != EXIT_OK)
                 return r;
-        /* The reply came, but the context did not end where the action should have left it. */
-        if (is_stop ? !streq(c.state, "stopped") : !render_state_is_up(c.state)) {
-                _cleanup_free_ char *shown_name = client_sanitize(c.name, false);
-                _cleanup_free_ char *shown_state = client_sanitize(c.state, false);
-                _cleanup_free_ char *error = client_sanitize(c.last_error, false);
-
-                return client_fail(EXIT_FAILED, "%s is %s, not %s%s%s.", shown_name ?: "?", shown_state ?: "?",
-                                   is_stop ? "stopped" : "ready", error && *error ? ": " : "", error ?: "");
-        }
-        return EXIT_OK;
+        return action_verdict(streq(method, "stop"), &c);
 }
 
 static int cmd_start(const Options *o, char **args, unsigned n_args) {
@@ -175,6 +193,13 @@ static int cmd_restart(const Options *o, char **args, unsigned n_args) {
 
 static int cmd_version(const Options *o, char **args, unsigned n_args) {
         return version();
+}
+
+static void help(void);
+
+static int cmd_help(const Options *o, char **args, unsigned n_args) {
+        help();
+        return EXIT_OK;
 }
 
 /* ---- exec ---- */
@@ -393,7 +418,12 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
                 _cleanup_free_ char *name = client_sanitize(args[0], false);
                 _cleanup_free_ char *why = render_not_ready(known ? &late.context : NULL);
 
-                printf("%s: not ready within %g s (%s)\n", name ?: "?", client_seconds(total), why ?: "?");
+                /* A kernel that is up but did not answer the probe is not "not ready": say what did not happen. */
+                bool up =
+                        known && (render_state_is_up(late.context.state) || streq(late.context.state, "unresponsive"));
+
+                printf("%s: %s within %g s (%s)\n", name ?: "?", up ? "no heartbeat answer" : "not ready",
+                       client_seconds(total), why ?: "?");
         }
         return r;
 }
@@ -445,30 +475,64 @@ static int cmd_wait(const Options *o, char **args, unsigned n_args) {
 
 /* ---- reload, add, remove ---- */
 
-/* Sends a request that answers with a report of what changed, and prints it. */
-static int call_report(const Options *o, const char *method, json_t *params, usec_t wait) {
+/* Sends a request that answers with a report of what changed: EXIT_OK with it as the daemon sent it in *ret_json
+ * (the caller's) and decoded in *ret (borrowing from it). */
+static int call_report(const Options *o, const char *method, json_t *params, usec_t wait, json_t **ret_json,
+                       ReplyReport *ret) {
         json_auto_t *result = NULL;
-        _cleanup_(reply_report_done) ReplyReport report = {};
         ReplyProblem problem;
         int r;
 
         r = client_call(o->socket, method, params, wait, &result);
         if (r != EXIT_OK)
                 return r;
-        if (reply_report_decode(result, &report, &problem) < 0)
+        if (reply_report_decode(result, ret, &problem) < 0)
                 return client_invalid_reply(&problem);
+        *ret_json = TAKE_PTR(result);
+        return EXIT_OK;
+}
+
+static int print_report(const Options *o, const json_t *j, const ReplyReport *report) {
         if (o->json)
-                return render_json(result);
-        render_report(&report);
+                return render_json(j);
+        render_report(report);
         return EXIT_OK;
 }
 
 static int cmd_reload(const Options *o, char **args, unsigned n_args) {
         json_t *params = json_pack("{s:b}", "dry_run", o->dry_run);
+        json_auto_t *j = NULL;
+        _cleanup_(reply_report_done) ReplyReport report = {};
+        int r;
 
         if (!params)
                 return client_fail(EXIT_FAILED, "out of memory.");
-        return call_report(o, "reload", params, RELOAD_WAIT_USEC);
+        r = call_report(o, "reload", params, RELOAD_WAIT_USEC, &j, &report);
+        return r != EXIT_OK ? r : print_report(o, j, &report);
+}
+
+/* add --wait: the context is started (when its kernel is not running yet) and answered for once its kernel is
+ * ready, or has failed to start, within --timeout (default 60 s). With --json, one object: the report, and the
+ * context's status as "context". */
+static int add_wait(const Options *o, const char *name, json_t *j, const ReplyReport *report) {
+        json_auto_t *result = NULL;
+        _cleanup_(reply_context_done) ReplyContext c = {};
+        int r;
+
+        if (!o->json)
+                render_report(report);
+        r = action_call(o, "start", name, &result, &c);
+        if (r != EXIT_OK)
+                return r;
+        if (o->json) {
+                if (json_object_set(j, "context", result) < 0)
+                        return client_fail(EXIT_FAILED, "out of memory.");
+                r = render_json(j);
+        } else
+                r = render_action(&c, name);
+        if (r != EXIT_OK)
+                return r;
+        return action_verdict(false, &c);
 }
 
 static int cmd_add(const Options *o, char **args, unsigned n_args) {
@@ -480,8 +544,10 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
                 { "cwd", o->cwd },
                 { "connection_file", o->connection_file },
         };
-        json_auto_t *params = NULL;
+        json_auto_t *params = NULL, *j = NULL;
+        _cleanup_(reply_report_done) ReplyReport report = {};
         json_t *env;
+        int r;
 
         if (args[0][0] == '.')
                 return client_usage_error(
@@ -499,11 +565,16 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
         for (unsigned i = 0; i < o->n_env; i++)
                 if (json_array_append_new(env, json_string(o->env[i])) < 0)
                         return client_fail(EXIT_FAILED, "invalid --env: not UTF-8.");
-        return call_report(o, "add", TAKE_PTR(params), RELOAD_WAIT_USEC);
+        r = call_report(o, "add", TAKE_PTR(params), RELOAD_WAIT_USEC, &j, &report);
+        if (r != EXIT_OK)
+                return r;
+        return o->wait ? add_wait(o, args[0], j, &report) : print_report(o, j, &report);
 }
 
 static int cmd_remove(const Options *o, char **args, unsigned n_args) {
-        json_auto_t *params = json_pack("{s:s}", "context", args[0]);
+        json_auto_t *params = json_pack("{s:s}", "context", args[0]), *j = NULL;
+        _cleanup_(reply_report_done) ReplyReport report = {};
+        int r;
 
         if (!params)
                 return client_fail(EXIT_FAILED, "out of memory.");
@@ -511,8 +582,10 @@ static int cmd_remove(const Options *o, char **args, unsigned n_args) {
         if (o->timeout != USEC_INFINITY &&
             json_object_set_new(params, "timeout", json_real(client_seconds(o->timeout))) < 0)
                 return client_fail(EXIT_FAILED, "out of memory.");
-        return call_report(o, "remove", TAKE_PTR(params),
-                           o->timeout != USEC_INFINITY ? o->timeout + CLIENT_REPLY_GRACE_USEC : RELOAD_WAIT_USEC);
+        r = call_report(o, "remove", TAKE_PTR(params),
+                        o->timeout != USEC_INFINITY ? o->timeout + CLIENT_REPLY_GRACE_USEC : RELOAD_WAIT_USEC, &j,
+                        &report);
+        return r != EXIT_OK ? r : print_report(o, j, &report);
 }
 
 /* ---- The verbs ---- */
@@ -538,11 +611,13 @@ static const Verb verbs[] = {
           "ones\nrestart only when their process settings changed",
           0, 0, ARGS_NONE, cmd_reload },
         { "add", "CTX",
-          "write contexts_dir/CTX.ini (--user, --group, --cwd,\n--env K=V..., --connection-file) and apply it", 1, 1,
-          ARGS_NEW_CONTEXT, cmd_add },
+          "write contexts_dir/CTX.ini (--user, --group, --cwd,\n--env K=V..., --connection-file) and apply it;\nwith "
+          "--wait, until its kernel is ready",
+          1, 1, ARGS_NEW_CONTEXT, cmd_add },
         { "remove", "CTX", "delete contexts_dir/CTX.ini, stop the context and wait\nuntil its kernel is gone", 1, 1,
           ARGS_NEW_CONTEXT, cmd_remove },
         { "version", "", "print the version of kernelctl", 0, 0, ARGS_NONE, cmd_version },
+        { "help", "", "show this help", 0, 0, ARGS_NONE, cmd_help },
 };
 
 /* "  status [CTX...]      state of the daemon ...", further lines of the summary under its first. */
@@ -582,7 +657,8 @@ static void help(void) {
                "                       for the reply (default 15); exec: the cell's timeout\n"
                "                       (default none); check: default 10; wait: default 60;\n"
                "                       remove: how long to wait for the kernel to be gone\n"
-               "                       (default: its stop_timeout + 1)\n"
+               "                       (default: its stop_timeout + 1); add --wait:\n"
+               "                       default 60\n"
                "                       more than 0 and at most 86400 (one day)\n"
                "  --stream             exec: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
@@ -591,6 +667,8 @@ static void help(void) {
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
                "                       add: the new context's settings (--env repeats)\n"
+               "  --wait               add: start the new context and wait until its kernel\n"
+               "                       is ready\n"
                "  --version            print the version of kernelctl\n"
                "  -h, --help           show this help\n"
                "\n"
@@ -636,6 +714,7 @@ int main(int argc, char *argv[]) {
                 ARG_CWD,
                 ARG_ENV,
                 ARG_CONNECTION_FILE,
+                ARG_WAIT,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -651,6 +730,7 @@ int main(int argc, char *argv[]) {
                 { "cwd", required_argument, NULL, ARG_CWD },
                 { "env", required_argument, NULL, ARG_ENV },
                 { "connection-file", required_argument, NULL, ARG_CONNECTION_FILE },
+                { "wait", no_argument, NULL, ARG_WAIT },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -692,6 +772,9 @@ int main(int argc, char *argv[]) {
                         break;
                 case ARG_DRY_RUN:
                         o.dry_run = true;
+                        break;
+                case ARG_WAIT:
+                        o.wait = true;
                         break;
                 case ARG_USER:
                         o.user = optarg;
@@ -751,8 +834,9 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("--expect is an option of check");
         if (o.dry_run && !streq(cmd->name, "reload"))
                 return client_usage_error("--dry-run is an option of reload");
-        if (add_options && !streq(cmd->name, "add"))
-                return client_usage_error("--user, --group, --cwd, --env and --connection-file are options of add");
+        if ((add_options || o.wait) && !streq(cmd->name, "add"))
+                return client_usage_error(
+                        "--user, --group, --cwd, --env, --connection-file and --wait are options of add");
 
         if (!o.socket) {
                 env = getenv("KERNELSUP_SOCKET");
