@@ -1022,6 +1022,8 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .queued = (long long) exec_queue_pending(c->exec),
                 .transport = transport_to_string(transport),
                 .transport_note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL,
+                /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
+                .running = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL,
         };
         resources_reply(c->cfg, &c->limits, &ret->limits);
 }

@@ -61,7 +61,11 @@ static int status_row(const ReplyContext *c, char **row) {
         row[COL_RESTARTS] = format_integer(c->restarts);
         row[COL_INCARNATION] = format_integer(c->incarnation);
         row[COL_TRANSPORT] = client_sanitize(c->transport, false);
-        row[COL_INFO] = client_sanitize(!render_state_is_up(c->state) && c->last_error ? c->last_error : "", false);
+        row[COL_INFO] = client_sanitize(!render_state_is_up(c->state) && c->last_error ? c->last_error
+                                        : streq_ptr(c->running, "other")               ? "another client's cell"
+                                        : streq_ptr(c->running, "ours")                ? "a cell from exec"
+                                                                                       : "",
+                                        false);
         for (size_t i = 0; i < N_COLUMNS; i++)
                 if (!row[i])
                         return -ENOMEM;
@@ -275,7 +279,10 @@ void render_exec_summary(const ReplyExecResult *res, bool died) {
                         printf("[%s: kernel now %s]\n", st ?: "?", k);
                 else
                         printf("[%s: no kernel]\n", st ?: "?");
-        } else if (!died && res->execution_count >= 0)
+        } else if (streq(res->status, "not_started"))
+                /* Only a timeout keeps a cell from starting and still answers its caller. */
+                puts("[not started: timeout]");
+        else if (!died && res->execution_count >= 0)
                 printf("[%s #%lld]\n", st ?: "?", res->execution_count);
         else
                 printf("[%s]\n", st ?: "?");

@@ -28,7 +28,7 @@ char *render_not_ready(const ReplyContext *c);
 
 /* One output of a cell (an nbformat dict) as a notebook shows it; traceback: the whole of an error's. */
 void render_output(const json_t *out, bool traceback);
-/* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]". */
+/* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]", "[not started: timeout]". */
 void render_exec_summary(const ReplyExecResult *res, bool died);
 
 /* check's line: "NAME: ready pid P kernel_id K incarnation I generation G[: verdict]". verdict is

@@ -269,6 +269,8 @@ static int exec_exit_code(const char *status) {
                 return EXIT_CELL_ERROR;
         if (streq(status, "timeout"))
                 return EXIT_TIMEOUT;
+        if (streq(status, "not_started"))
+                return EXIT_NOT_STARTED;
         return EXIT_FAILED;
 }
 
@@ -597,7 +599,8 @@ static const Verb verbs[] = {
         { "exec", "CTX [CODE|-]",
           "run a cell in the context's kernel (code from stdin\nwithout CODE or with -) and print its outputs", 1, 2,
           ARGS_CONTEXT, cmd_exec },
-        { "interrupt", "CTX", "interrupt the cell running in a context", 1, 1, ARGS_CONTEXT, cmd_interrupt },
+        { "interrupt", "CTX", "interrupt the cell running in a context (any client's)", 1, 1, ARGS_CONTEXT,
+          cmd_interrupt },
         { "check", "CTX",
           "wait until the context is ready and answers; with\n--expect, say whether it is still that kernel", 1, 1,
           ARGS_CONTEXT, cmd_check },
@@ -674,7 +677,8 @@ static void help(void) {
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost).\n"
+               "8 kernel replaced (namespace lost), 11 the cell never started (its timeout\n"
+               "passed while it waited; it will not run).\n"
                "See kernelctl(1).\n");
 }
 

@@ -120,6 +120,7 @@ static const Field context_fields[] = {
         F(ReplyContext, "limits", FIELD_STRUCT, limits, .sub = &limits_type),
         F(ReplyContext, "transport", FIELD_STRING, transport),
         F(ReplyContext, "transport_note", FIELD_STRING, transport_note, .flags = NULLABLE),
+        F(ReplyContext, "running", FIELD_STRING, running, .flags = NULLABLE),
 };
 static const ReplyType context_type = TYPE(ReplyContext, context_fields);
 

@@ -103,6 +103,8 @@ typedef struct ReplyContext {
         ReplyLimits limits;
         const char *transport;      /* "ipc" or "tcp" */
         const char *transport_note; /* for tcp: any local user can reach the kernel; NULL: null */
+        const char *running;        /* whose cell the kernel runs while busy: "ours" (from exec through the
+                                     * daemon) or "other" (another client's); NULL: null */
 } ReplyContext;
 
 /* status and wait: the daemon and the contexts asked for. */

@@ -27,13 +27,13 @@ static const char STATUS[] =
         "ity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"ta"
         "sks_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unifie"
         "d/kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null"
-        "},{\"name\":\"b\",\"state\":\"stopped\",\"pid\":null,\"kernel_id\":null,\"incarnation\":0,\"restarts\":0"
-        ",\"started_at\":null,\"uptime\":null,\"connection_file\":\"/tmp/ks/run/connections/b.json\",\"las"
-        "t_exit\":null,\"last_error\":null,\"execution_count\":null,\"last_activity\":null,\"queued\":0,\"l"
-        "imits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"en"
-        "forced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":null,\"group_kil"
-        "l\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect to its po"
-        "rts and subscribe to its output\"}]}";
+        ",\"running\":null},{\"name\":\"b\",\"state\":\"stopped\",\"pid\":null,\"kernel_id\":null,\"incarnation\""
+        ":0,\"restarts\":0,\"started_at\":null,\"uptime\":null,\"connection_file\":\"/tmp/ks/run/connectio"
+        "ns/b.json\",\"last_exit\":null,\"last_error\":null,\"execution_count\":null,\"last_activity\":nul"
+        "l,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quota\":\"50%\",\"task"
+        "s_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":"
+        "null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can co"
+        "nnect to its ports and subscribe to its output\",\"running\":null}]}";
 
 /* check's result */
 static const char CHECK[] =
@@ -45,7 +45,8 @@ static const char CHECK[] =
         "nections/a.json\",\"last_exit\":null,\"last_error\":null,\"execution_count\":null,\"last_activit"
         "y\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"task"
         "s_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/"
-        "kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null}}";
+        "kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null,\""
+        "running\":null}}";
 
 /* the data of wait's error "not every context was ready within the timeout" */
 static const char WAIT_TIMEOUT[] =
@@ -57,7 +58,8 @@ static const char WAIT_TIMEOUT[] =
         "ution_count\":null,\"last_activity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_m"
         "ax\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_m"
         "ax\",\"cpu_quota\"],\"note\":null,\"group\":null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"t"
-        "ransport_note\":\"any local user can connect to its ports and subscribe to its output\"}]}";
+        "ransport_note\":\"any local user can connect to its ports and subscribe to its output\",\"ru"
+        "nning\":null}]}";
 
 /* the data of check's error "b: not ready within the timeout (state stopped)" */
 static const char CHECK_TIMEOUT[] =
@@ -67,7 +69,7 @@ static const char CHECK_TIMEOUT[] =
         "ued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\""
         ":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":null,\""
         "group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect "
-        "to its ports and subscribe to its output\"}}";
+        "to its ports and subscribe to its output\",\"running\":null}}";
 
 /* start's result */
 static const char START[] =
@@ -78,7 +80,7 @@ static const char START[] =
         "mory_max\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"enforced\":[\"memory_max\",\"cpu_quo"
         "ta\"],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/kernelsup-b-22189\",\"g"
         "roup_kill\":\"cgroup.kill\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect"
-        " to its ports and subscribe to its output\"}";
+        " to its ports and subscribe to its output\",\"running\":null}";
 
 /* stop's result */
 static const char STOP[] =
@@ -89,7 +91,7 @@ static const char STOP[] =
         "_activity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quot"
         "a\":\"50%\",\"tasks_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\""
         ":null,\"group\":null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any loc"
-        "al user can connect to its ports and subscribe to its output\"}";
+        "al user can connect to its ports and subscribe to its output\",\"running\":null}";
 
 /* execute's result */
 static const char EXECUTE[] =
@@ -269,7 +271,7 @@ static bool context_equal(const ReplyContext *a, const ReplyContext *b) {
                streq_ptr(a->last_error, b->last_error) && a->execution_count == b->execution_count &&
                a->last_activity == b->last_activity && a->queued == b->queued &&
                limits_equal(&a->limits, &b->limits) && streq(a->transport, b->transport) &&
-               streq_ptr(a->transport_note, b->transport_note);
+               streq_ptr(a->transport_note, b->transport_note) && streq_ptr(a->running, b->running);
 }
 
 static bool supervisor_equal(const ReplySupervisor *a, const ReplySupervisor *b) {
@@ -333,6 +335,7 @@ static const ReplyContext FULL_CONTEXT = {
                     .group_kill = "freezer" },
         .transport = "tcp",
         .transport_note = "any local user",
+        .running = "other",
 };
 
 /* Every member that can be none, none. */
