@@ -1035,57 +1035,54 @@ void context_free(Context *c) {
 
 /* ---- Status ---- */
 
-static json_t *json_timestamp(usec_t t) {
-        char buf[64];
+/* How the last kernel ended, as the status tells it. */
+static ReplyExit exit_reply(const ExitInfo *e) {
+        if (!e->valid)
+                return (ReplyExit){};
+        return (ReplyExit){
+                .valid = true,
+                .code = e->signal || e->unknown ? -1 : e->code,
+                .signal = e->signal,
+                .oom = e->oom,
+                /* One word for scripts; oom-kill only when the memory cgroup said so. */
+                .reason = kernel_death_to_string(exit_info_death(e)),
+                .at = e->at,
+        };
+}
 
-        return t ? json_string(format_timestamp(buf, sizeof buf, t)) : json_null();
+void context_reply(const Context *c, ReplyContext *ret) {
+        bool running = c->pid > 0;
+        usec_t now = now_usec(CLOCK_REALTIME);
+        /* A running kernel's own, which differs from the setting only while a reload restarts it. */
+        Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
+
+        *ret = (ReplyContext){
+                .name = c->name,
+                .state = context_state_to_string(c->state),
+                .pid = running ? c->pid : 0,
+                .kernel_id = c->st.kernel_id[0] ? c->st.kernel_id : NULL,
+                .incarnation = (long long) c->st.incarnation,
+                .restarts = (long long) c->st.restarts,
+                .started_at = running ? c->st.started_at : 0,
+                .uptime = running && now >= c->st.started_at ? (double) (now - c->st.started_at) / 1e6 : -1,
+                .connection_file = c->cfg->connection_file,
+                .last_exit = exit_reply(&c->st.last_exit),
+                .last_error = context_last_error(c),
+                .execution_count = exec_queue_execution_count(c->exec),
+                .last_activity = exec_queue_last_activity(c->exec),
+                .queued = (long long) exec_queue_pending(c->exec),
+                .transport = transport_to_string(transport),
+                .transport_note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL,
+                /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
+                .running = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL,
+        };
+        resources_reply(c->cfg, &c->limits, &ret->limits);
 }
 
 json_t *context_to_json(const Context *c) {
-        bool running = c->pid > 0;
-        usec_t now = now_usec(CLOCK_REALTIME);
-        json_t *last_exit = json_null();
+        ReplyContext r;
+        json_t *j = NULL;
 
-        if (c->st.last_exit.valid) {
-                const char *abbrev = c->st.last_exit.signal ? sigabbrev_np(c->st.last_exit.signal) : NULL;
-                char sig[32];
-                if (abbrev)
-                        snprintf(sig, sizeof sig, "SIG%s", abbrev);
-                else
-                        snprintf(sig, sizeof sig, "%d", c->st.last_exit.signal);
-                const ExitInfo *e = &c->st.last_exit;
-                /* reason: one word for scripts; oom-kill only when the memory cgroup said so. */
-                const char *reason = kernel_death_to_string(exit_info_death(e));
-                last_exit = json_pack("{s:o, s:o, s:b, s:s, s:o}", "code",
-                                      e->signal || e->unknown ? json_null() : json_integer(e->code), "signal",
-                                      e->signal ? json_string(sig) : json_null(), "oom", e->oom, "reason", reason,
-                                      "at", json_timestamp(e->at));
-        }
-        long long count = exec_queue_execution_count(c->exec);
-        usec_t activity = exec_queue_last_activity(c->exec);
-        /* A running kernel's own, which differs from the setting only while a reload restarts it. */
-        Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
-        const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
-        /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
-        const char *cell = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL;
-        json_t *j;
-
-        j = json_pack(
-                "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
-                c->name, "state", context_state_to_string(c->state), "pid",
-                running ? json_integer(c->pid) : json_null(), "kernel_id",
-                c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(), "incarnation",
-                (json_int_t) c->st.incarnation, "restarts", (json_int_t) c->st.restarts, "started_at",
-                running ? json_timestamp(c->st.started_at) : json_null(), "uptime",
-                running && now >= c->st.started_at ? json_real((double) (now - c->st.started_at) / 1e6) : json_null(),
-                "connection_file", c->cfg->connection_file, "last_exit", last_exit, "last_error",
-                context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
-                count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity), "queued",
-                (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits), "transport",
-                transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
-        if (j && json_object_set_new(j, "running", cell ? json_string(cell) : json_null()) < 0) {
-                json_decref(j);
-                return NULL;
-        }
-        return j;
+        context_reply(c, &r);
+        return reply_context_encode(&r, &j) < 0 ? NULL : j;
 }

@@ -12,6 +12,7 @@
 #include "connfile.h"
 #include "macro.h"
 #include "policy.h"
+#include "reply.h"
 #include "state.h"
 
 typedef struct Context Context;
@@ -139,5 +140,7 @@ const ContextCounters *context_counters(const Context *c); /* borrowed from c */
 /* Launches after the first since the daemon first saw the context (persisted; status's restarts). */
 unsigned context_restarts(const Context *c);
 
-/* The status object of protocol.c's field list. */
+/* The context's status as a reply tells it (reply.h); *ret borrows from c until c changes. */
+void context_reply(const Context *c, ReplyContext *ret);
+/* The same, encoded: a new JSON object, NULL on out of memory. */
 json_t *context_to_json(const Context *c);

@@ -107,6 +107,15 @@ const char *exec_status_to_string(ExecStatus s) {
         return (unsigned) s < _EXEC_STATUS_MAX ? status_names[s] : NULL;
 }
 
+void exec_result_reply(const ExecResult *res, ReplyExecResult *ret) {
+        *ret = (ReplyExecResult){
+                .status = exec_status_to_string(res->status),
+                .execution_count = res->execution_count >= 0 ? res->execution_count : -1,
+                .kernel_id = res->kernel_id,
+                .outputs = res->outputs,
+        };
+}
+
 /* ---- Cells ---- */
 
 static void queue_unlink(ExecQueue *q, ExecCell *cell) {

@@ -23,6 +23,7 @@
 
 #include "jupyter.h"
 #include "macro.h"
+#include "reply.h"
 
 /* After an interrupt at a cell's timeout, how long the kernel has to answer
  * before the cell is answered EXEC_TIMEOUT without its reply. */
@@ -65,6 +66,9 @@ typedef struct ExecResult {
         json_t *outputs;           /* array of nbformat v4 output dicts, borrowed */
         const char *message;       /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT/EXEC_NOT_STARTED: a sentence; else NULL */
 } ExecResult;
+
+/* The end of a cell as the reply to execute tells it (reply.h); *ret borrows from res. */
+void exec_result_reply(const ExecResult *res, ReplyExecResult *ret);
 
 typedef struct ExecSink {
         /* Each output as it arrives (borrowed). May be NULL. These are the

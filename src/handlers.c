@@ -67,9 +67,86 @@ bool handlers_peer_sees(const ControlPeer *peer, const Context *c) {
         return peer_privileged(peer) || context_uid(c) == peer->uid;
 }
 
-/* ---- Waiters ---- */
+/* ---- Replies (reply.h) ---- */
 
-static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer);
+/* The contexts named (NULL or empty: all the peer sees), their status in a new array of *ret_n. */
+static ReplyContext *contexts_reply(Handlers *h, json_t *names, const ControlPeer *peer, size_t *ret_n) {
+        size_t n_all, n = 0, i;
+        Context *const *all = h->host.contexts(h->host.userdata, &n_all);
+        ReplyContext *list = calloc((json_array_size(names) ?: n_all) + 1, sizeof(ReplyContext));
+        json_t *v;
+
+        if (!list)
+                return NULL;
+        if (json_array_size(names) > 0) {
+                json_array_foreach(names, i, v) {
+                        Context *c = find(h, json_string_value(v));
+                        if (c)
+                                context_reply(c, &list[n++]);
+                }
+        } else
+                for (i = 0; i < n_all; i++)
+                        if (handlers_peer_sees(peer, all[i]))
+                                context_reply(all[i], &list[n++]);
+        *ret_n = n;
+        return list;
+}
+
+/* The answer to status and wait: the daemon, and the contexts named (NULL or empty: all the peer sees). NULL on
+ * out of memory. */
+static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer) {
+        _cleanup_free_ char *degraded = NULL;
+        ReplyStatus r = {};
+        json_t *j = NULL;
+
+        r.contexts = contexts_reply(h, names, peer, &r.n_contexts);
+        if (!r.contexts)
+                return NULL;
+        h->host.status(h->host.userdata, peer, &r.supervisor, &degraded);
+        (void) reply_status_encode(&r, &j);
+        free(r.contexts);
+        return j;
+}
+
+/* check's verdict: c answers, and the daemon that says so. */
+static json_t *check_json(Handlers *h, const Context *c, const ControlPeer *peer) {
+        _cleanup_free_ char *degraded = NULL;
+        ReplyCheck r;
+        json_t *j = NULL;
+
+        h->host.status(h->host.userdata, peer, &r.supervisor, &degraded);
+        context_reply(c, &r.context);
+        return reply_check_encode(&r, &j) < 0 ? NULL : j;
+}
+
+/* The data of a timeout while waiting for c. */
+static json_t *timed_out_json(const Context *c) {
+        ReplyTimedOut r;
+        json_t *j = NULL;
+
+        context_reply(c, &r.context);
+        return reply_timed_out_encode(&r, &j) < 0 ? NULL : j;
+}
+
+/* A removal's report (from the reload) with name under "stopping": its kernel had not exited by the timeout. */
+static json_t *report_with_stopping(const json_t *report, const char *name) {
+        _cleanup_(reply_report_done) ReplyReport r = {};
+        const char **decoded;
+        json_t *j = NULL;
+
+        if (reply_report_decode(report, &r, NULL) < 0)
+                return NULL;
+        /* Borrowed for the encoding; what the decoder allocated goes back before reply_report_done(). */
+        decoded = r.stopping;
+        r.stopping = &name;
+        r.n_stopping = 1;
+        (void) reply_report_encode(&r, &j);
+        r.stopping = decoded;
+        r.n_stopping = 0;
+        return j;
+}
+
+/* ---- Waiters ---- */
 
 static void waiter_close_cb(uv_handle_t *h) {
         Waiter *w = h->data;
@@ -112,9 +189,7 @@ static void waiter_timeout_cb(uv_timer_t *t) {
         }
         if (w->want == WAIT_REMOVED) {
                 /* The removal is done either way; the report says whose kernel has not exited yet. */
-                json_t *report = TAKE_PTR(w->report);
-                (void) json_object_set_new(report, "stopping", json_pack("[s]", context_name(w->ctx)));
-                waiter_answer(w, 0, report, NULL);
+                waiter_answer(w, 0, report_with_stopping(w->report, context_name(w->ctx)), NULL);
                 return;
         }
         snprintf(msg, sizeof msg, "%s: not %s within the timeout (state %s%s%s)", context_name(w->ctx),
@@ -123,7 +198,7 @@ static void waiter_timeout_cb(uv_timer_t *t) {
                                                        : "ready",
                  context_state_to_string(context_state(w->ctx)), context_last_error(w->ctx) ? ": " : "",
                  context_last_error(w->ctx) ?: "");
-        waiter_answer(w, KS_ERR_TIMEOUT, json_pack("{s:o}", "context", context_to_json(w->ctx)), msg);
+        waiter_answer(w, KS_ERR_TIMEOUT, timed_out_json(w->ctx), msg);
 }
 
 static void waiter_cancel_cb(ControlRequest *req, void *data) {
@@ -180,11 +255,7 @@ static void waiter_step(Handlers *h, Waiter *w) {
                 else if (!w->probing && context_probe(w->ctx, &w->hb_base) >= 0)
                         w->probing = true;
                 else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
-                        waiter_answer(w, 0,
-                                      json_pack("{s:o, s:o}", "supervisor",
-                                                h->host.status(h->host.userdata, control_request_peer(w->req)),
-                                                "context", context_to_json(w->ctx)),
-                                      NULL);
+                        waiter_answer(w, 0, check_json(h, w->ctx, control_request_peer(w->req)), NULL);
                 return;
         case WAIT_ALL: {
                 size_t i;
@@ -249,27 +320,6 @@ void handlers_shutdown(Handlers *h) {
 
 /* ---- Control methods ---- */
 
-/* {"supervisor", "contexts"} for the named contexts (NULL or empty: all the peer sees). */
-static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer) {
-        json_t *list = json_array(), *v;
-        size_t i;
-
-        if (names && json_array_size(names) > 0) {
-                json_array_foreach(names, i, v) {
-                        Context *c = find(h, json_string_value(v));
-                        if (c)
-                                json_array_append_new(list, context_to_json(c));
-                }
-        } else {
-                size_t n;
-                Context *const *all = h->host.contexts(h->host.userdata, &n);
-                for (i = 0; i < n; i++)
-                        if (handlers_peer_sees(peer, all[i]))
-                                json_array_append_new(list, context_to_json(all[i]));
-        }
-        return json_pack("{s:o, s:o}", "supervisor", h->host.status(h->host.userdata, peer), "contexts", list);
-}
-
 /* params.contexts, checked: an array of names of contexts the peer may see.
  * Answers the request with an error and returns -1 when it is not. */
 static int request_names(Handlers *h, ControlRequest *req, json_t *params, json_t **ret) {
@@ -315,6 +365,7 @@ static void method_metrics(ControlRequest *req, json_t *params, void *userdata) 
         Context *const *all = h->host.contexts(h->host.userdata, &n_all);
         _cleanup_free_ Context **seen = calloc(n_all + 1, sizeof(Context *));
         _cleanup_free_ char *text = NULL;
+        json_t *j = NULL;
         MetricsDaemon d = {};
 
         h->host.metrics(h->host.userdata, &d);
@@ -326,7 +377,8 @@ static void method_metrics(ControlRequest *req, json_t *params, void *userdata) 
                 return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
         /* Many contexts make a long reply: it may wait unread on the connection (JSON doubles each newline). */
         control_request_allow_queue(req, 2 * strlen(text));
-        control_request_reply(req, json_pack("{s:s, s:s}", "content_type", METRICS_CONTENT_TYPE, "text", text));
+        (void) reply_metrics_encode(&(ReplyMetrics){ .content_type = METRICS_CONTENT_TYPE, .text = text }, &j);
+        control_request_reply(req, j);
 }
 
 /* The context named in params, answering the request with an error when
@@ -464,18 +516,21 @@ typedef struct CellRequest {
 
 static void cell_on_output(void *userdata, const json_t *output) {
         CellRequest *cr = userdata;
+        ReplyOutput r = { .output = output };
+        json_t *params = NULL;
 
         /* A peer that stopped reading loses its stream, not the cell: its reply still comes. */
-        (void) control_request_notify(cr->req, "output", json_pack("{s:O}", "output", (json_t *) output));
+        if (reply_output_encode(&r, &params) >= 0)
+                (void) control_request_notify(cr->req, "output", params);
 }
 
 static void cell_on_done(void *userdata, const ExecResult *res) {
         CellRequest *cr = userdata;
-        json_t *body =
-                json_pack("{s:s, s:o, s:o, s:O}", "status", exec_status_to_string(res->status), "execution_count",
-                          res->execution_count >= 0 ? json_integer(res->execution_count) : json_null(), "kernel_id",
-                          res->kernel_id ? json_string(res->kernel_id) : json_null(), "outputs",
-                          res->outputs ? res->outputs : json_array());
+        ReplyExecResult r;
+        json_t *body = NULL;
+
+        exec_result_reply(res, &r);
+        (void) reply_exec_result_encode(&r, &body);
 
         control_request_set_cancel(cr->req, NULL, NULL);
         if (res->status == EXEC_DIED || res->status == EXEC_ABORTED)
@@ -556,7 +611,11 @@ static void method_interrupt(ControlRequest *req, json_t *params, void *userdata
         any = exec_queue_interrupt(context_exec(c));
         if (any)
                 log_info("%s: cell interrupted by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        control_request_reply(req, json_pack("{s:b}", "interrupted", any));
+        ReplyInterrupt r = { .interrupted = any };
+        json_t *j = NULL;
+
+        (void) reply_interrupt_encode(&r, &j);
+        control_request_reply(req, j);
 }
 
 static void reload_reply(Handlers *h, ControlRequest *req, bool dry_run) {

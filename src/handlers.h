@@ -10,6 +10,7 @@
 #include "context.h"
 #include "control.h"
 #include "metrics.h"
+#include "reply.h"
 
 /* What the handlers need from their owner. Copied by handlers_new; the owner answers the callbacks, each given
  * userdata, from the loop, and none of them re-enters the handlers. */
@@ -22,8 +23,10 @@ typedef struct HandlersHost {
         Context *const *(*contexts)(void *userdata, size_t *ret_n);
         /* Whether the daemon is shutting down. */
         bool (*stopping)(void *userdata);
-        /* The daemon's own status object for peer (newly allocated). */
-        json_t *(*status)(void *userdata, const ControlPeer *peer);
+        /* The daemon's own status for peer, in *ret (reply.h), which borrows from the daemon until the loop runs
+         * again, but for degraded: when the daemon is degraded, a newly allocated sentence, also put in
+         * *ret_degraded for the caller to free. */
+        void (*status)(void *userdata, const ControlPeer *peer, ReplySupervisor *ret, char **ret_degraded);
         /* Reads the configuration again and applies it (dry_run: only says what would change), announced to
          * the service manager and logged: supervisor_reload()'s contract. Contexts it removes stay valid
          * until the loop runs again. */

@@ -1,24 +1,6 @@
 /* The control protocol: newline-delimited JSON-RPC 2.0, shared by kernelsupd
- * and kernelctl.
- *
- * The status object of one context, as the daemon sends it (in "status" and
- * as the result of "start", "stop" and "restart") and kernelctl reads it:
- *   name            string
- *   state           "stopped", "starting", "ready", "busy", "unresponsive",
- *                   "backoff", "failed" or "stopping"
- *   pid             integer or null
- *   kernel_id       string (UUID) or null
- *   incarnation     integer
- *   restarts        integer
- *   started_at      RFC 3339 string or null
- *   uptime          seconds (number) or null
- *   connection_file string
- *   last_exit       null or {"code": integer|null, "signal": "SIGKILL"|null, "oom": bool, "at": RFC 3339}
- *   last_error      string or null
- *   transport       "ipc" or "tcp"
- *   transport_note  null, or for tcp a sentence: any local user can reach the kernel
- * The supervisor object of "status": pid, version, generation, boot_id,
- * started_at, uptime. */
+ * and kernelctl. The messages are framed here; what each reply holds is
+ * described in reply.h, whose types both ends encode and decode. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -27,6 +9,7 @@
 
 #include "macro.h"
 #include "protocol.h"
+#include "reply.h"
 #include "util.h"
 
 int protocol_exit_code(int rpc_code) {
@@ -95,16 +78,12 @@ char *protocol_result(const json_t *id, json_t *result) {
 char *protocol_error(const json_t *id, int code, const char *message, json_t *data) {
         json_auto_t *d = data;
         json_auto_t *j = message_new();
-        json_auto_t *e = json_object();
+        ReplyError error = { .code = code, .message = message ?: "", .data = d };
+        json_t *e = NULL;
 
-        if (!j || !e || message_set_id(j, id) < 0)
+        if (!j || message_set_id(j, id) < 0 || reply_error_encode(&error, &e) < 0)
                 return NULL;
-        if (json_object_set_new(e, "code", json_integer(code)) < 0 ||
-            json_object_set_new(e, "message", json_string_lossy(message ?: "")) < 0)
-                return NULL;
-        if (d && json_object_set_new(e, "data", TAKE_PTR(d)) < 0)
-                return NULL;
-        if (json_object_set_new(j, "error", TAKE_PTR(e)) < 0)
+        if (json_object_set_new(j, "error", e) < 0)
                 return NULL;
         return encode_line(TAKE_PTR(j));
 }
@@ -233,8 +212,8 @@ fail:
 
 int protocol_parse_message(const char *line, size_t len, RpcMessage *ret) {
         json_auto_t *root = NULL;
-        json_t *id, *method, *result, *error, *params, *code, *message, *data;
-        json_int_t c;
+        json_t *id, *method, *result, *error, *params;
+        ReplyError e;
 
         root = load_line(line, len);
         if (!root || !json_is_object(root) || !version_valid(root))
@@ -277,22 +256,15 @@ int protocol_parse_message(const char *line, size_t len, RpcMessage *ret) {
                 return 0;
         }
 
-        if (!json_is_object(error))
-                return -EBADMSG;
-        code = json_object_get(error, "code");
-        message = json_object_get(error, "message");
-        data = json_object_get(error, "data");
-        if (!json_is_integer(code) || !json_is_string(message))
-                return -EBADMSG;
-        c = json_integer_value(code);
-        if (c < INT32_MIN || c > INT32_MAX)
+        if (reply_error_decode(error, &e, NULL) < 0)
                 return -EBADMSG;
         *ret = (RpcMessage){
                 .kind = RPC_ERROR,
                 .id = id,
-                .code = (int) c,
-                .message = json_string_value(message),
-                .data = data,
+                .code = (int) e.code,
+                .message = e.message,
+                /* Borrowed from root, like the rest. */
+                .data = (json_t *) e.data,
         };
         ret->root = TAKE_PTR(root);
         return 0;

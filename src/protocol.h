@@ -84,8 +84,7 @@ typedef struct RpcMessage {
 int protocol_parse_message(const char *line, size_t len, RpcMessage *ret);
 void rpc_message_done(RpcMessage *m);
 
-/* The status object of one context, as the daemon sends it and kernelctl
- * reads it: see protocol.c for the field list (the names of doc/design.md, section 1). */
+/* What the result (or an error's data) of each method holds: reply.h. */
 
 /* A timeout in seconds (a request's "timeout") as microseconds in *ret:
  * -EINVAL for NaN, zero and negative values; infinity and anything above

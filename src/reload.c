@@ -121,48 +121,36 @@ size_t reload_plan_count(const ReloadPlan *p, ReloadKind k) {
         return n;
 }
 
-/* The report's entry for a, appended to the list of its kind (KEEP has none, only the count). */
-static int report_add(json_t *lists[_RELOAD_KIND_MAX], const ReloadAction *a) {
-        json_t *item;
-
-        switch (a->kind) {
-        case RELOAD_ADD:
-        case RELOAD_REMOVE:
-                item = json_string(a->name);
-                break;
-        case RELOAD_RESTART:
-                item = json_pack("{s:s, s:s}", "name", a->name, "reason", a->reason);
-                break;
-        case RELOAD_UPDATE:
-                item = json_pack("{s:s, s:s}", "name", a->name, "setting", a->setting);
-                break;
-        default:
-                return 0;
-        }
-        return json_array_append_new(lists[a->kind], item) < 0 ? -ENOMEM : 0;
-}
-
 json_t *reload_plan_report(const ReloadPlan *p) {
-        json_t *lists[_RELOAD_KIND_MAX] = {};
-        json_t *not_applied = json_array(), *report = NULL;
+        size_t n = p->n_actions + 1;
+        _cleanup_free_ const char **added = calloc(n, sizeof(char *)), **removed = calloc(n, sizeof(char *));
+        _cleanup_free_ ReplyChange *restarted = calloc(n, sizeof(ReplyChange)),
+                                   *updated = calloc(n, sizeof(ReplyChange));
+        ReplyReport r = {
+                .added = added,
+                .removed = removed,
+                .restarted = restarted,
+                .updated = updated,
+                .unchanged = (long long) reload_plan_count(p, RELOAD_KEEP),
+                .not_applied = (const char **) p->not_applied,
+                .n_not_applied = strv_length(p->not_applied),
+        };
+        json_t *j = NULL;
 
-        if (!not_applied)
+        if (!added || !removed || !restarted || !updated)
                 return NULL;
-        for (int k = 0; k < _RELOAD_KIND_MAX; k++)
-                if (k != RELOAD_KEEP && !(lists[k] = json_array()))
-                        goto out;
-        for (size_t i = 0; i < p->n_actions; i++)
-                if (report_add(lists, &p->actions[i]) < 0)
-                        goto out;
-        for (char **s = p->not_applied; s && *s; s++)
-                if (json_array_append_new(not_applied, json_string(*s)) < 0)
-                        goto out;
-        report = json_pack("{s:O, s:O, s:O, s:O, s:I, s:O}", "added", lists[RELOAD_ADD], "removed",
-                           lists[RELOAD_REMOVE], "restarted", lists[RELOAD_RESTART], "updated", lists[RELOAD_UPDATE],
-                           "unchanged", (json_int_t) reload_plan_count(p, RELOAD_KEEP), "not_applied", not_applied);
-out:
-        for (int k = 0; k < _RELOAD_KIND_MAX; k++)
-                json_decref(lists[k]);
-        json_decref(not_applied);
-        return report;
+        /* Each list in the order of the plan; KEEP has no list, only the count. */
+        for (size_t i = 0; i < p->n_actions; i++) {
+                const ReloadAction *a = &p->actions[i];
+
+                if (a->kind == RELOAD_ADD)
+                        added[r.n_added++] = a->name;
+                else if (a->kind == RELOAD_REMOVE)
+                        removed[r.n_removed++] = a->name;
+                else if (a->kind == RELOAD_RESTART)
+                        restarted[r.n_restarted++] = (ReplyChange){ a->name, a->reason };
+                else if (a->kind == RELOAD_UPDATE)
+                        updated[r.n_updated++] = (ReplyChange){ a->name, a->setting };
+        }
+        return reply_report_encode(&r, &j) < 0 ? NULL : j;
 }

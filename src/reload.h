@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "reply.h"
 
 typedef enum ReloadKind {
         RELOAD_KEEP,    /* no setting changed: given its settings again (their source line may have moved) */
@@ -50,7 +51,6 @@ void reload_plan_done(ReloadPlan *p);
 /* How many of the plan's actions are of kind k. */
 size_t reload_plan_count(const ReloadPlan *p, ReloadKind k);
 
-/* The report kernelctl shows and the daemon logs (newly allocated, NULL without memory):
- * {"added": [names], "removed": [names], "restarted": [{"name", "reason"}], "updated": [{"name", "setting"}],
- *  "unchanged": N, "not_applied": [sentences]}. */
+/* The report kernelctl shows and the daemon logs, a ReplyReport (reply.h) encoded: newly allocated, NULL without
+ * memory. */
 json_t *reload_plan_report(const ReloadPlan *p);

@@ -761,39 +761,38 @@ void resources_release(Limits *l) {
         *l = (Limits){ .oom_fd = -1, .oom_efd = -1 };
 }
 
-json_t *resources_to_json(const ContextConfig *cc, const Limits *l) {
+void resources_reply(const ContextConfig *cc, const Limits *l, ReplyLimits *ret) {
         static const char *const names[] = {
                 [LIMITS_NONE] = "none",
                 [LIMITS_SYSTEMD] = "systemd-scope",
                 [LIMITS_CGROUP] = "cgroup",
                 [LIMITS_RLIMIT] = "rlimit",
         };
-        json_t *enforced = json_array(), *not_enforced = json_array();
-        char quota[32];
-        const struct {
-                const char *name;
-                bool want, have;
-        } items[] = {
-                { "memory_max", cc->memory_max != 0, l->memory },
-                { "cpu_quota", cc->cpu_quota != 0, l->cpu },
-                { "tasks_max", cc->tasks_max != 0, l->tasks },
-        };
-
-        for (size_t i = 0; i < ELEMENTSOF(items); i++)
-                if (items[i].want)
-                        json_array_append_new(items[i].have ? enforced : not_enforced, json_string(items[i].name));
         static const char *const kills[] = {
                 [GROUP_KILL_NONE] = "subreaper",
                 [GROUP_KILL_V2] = "cgroup.kill",
                 [GROUP_KILL_FREEZE] = "freezer",
                 [GROUP_KILL_PROCS] = "cgroup.procs",
         };
+        const struct {
+                unsigned bit;
+                bool want, have;
+        } items[] = {
+                { REPLY_LIMIT_MEMORY, cc->memory_max != 0, l->memory },
+                { REPLY_LIMIT_CPU, cc->cpu_quota != 0, l->cpu },
+                { REPLY_LIMIT_TASKS, cc->tasks_max != 0, l->tasks },
+        };
 
-        snprintf(quota, sizeof quota, "%u%%", cc->cpu_quota);
-        return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}", "mechanism", names[l->mechanism],
-                         "memory_max", cc->memory_max ? json_integer((json_int_t) cc->memory_max) : json_null(),
-                         "cpu_quota", cc->cpu_quota ? json_string(quota) : json_null(), "tasks_max",
-                         cc->tasks_max ? json_integer(cc->tasks_max) : json_null(), "enforced", enforced,
-                         "not_enforced", not_enforced, "note", l->note ? json_string(l->note) : json_null(), "group",
-                         l->group ? json_string(l->group) : json_null(), "group_kill", kills[l->kill]);
+        *ret = (ReplyLimits){
+                .mechanism = names[l->mechanism],
+                .memory_max = (long long) cc->memory_max,
+                .cpu_quota = cc->cpu_quota,
+                .tasks_max = cc->tasks_max,
+                .note = l->note,
+                .group = l->group,
+                .group_kill = kills[l->kill],
+        };
+        for (size_t i = 0; i < ELEMENTSOF(items); i++)
+                if (items[i].want)
+                        *(items[i].have ? &ret->enforced : &ret->not_enforced) |= items[i].bit;
 }

@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "reply.h"
 
 typedef enum LimitsMechanism {
         LIMITS_NONE,
@@ -104,8 +105,5 @@ void resources_end_group_cancel(LeftoverEnd *e);
 /* After the kernel has exited: removes the sub-cgroups we made, drops a pending scope request, frees. */
 void resources_release(Limits *l);
 
-/* {"mechanism": "systemd-scope"|"cgroup"|"rlimit"|"none", "memory_max": N|null, "cpu_quota": "50%"|null,
- *  "tasks_max": N|null, "enforced": [names], "not_enforced": [names], "note": str|null,
- *  "group": the kernel's own cgroup directory|null,
- *  "group_kill": "cgroup.kill"|"freezer"|"cgroup.procs"|"subreaper"} */
-json_t *resources_to_json(const ContextConfig *cc, const Limits *l);
+/* The limits as a status reply tells them (reply.h); *ret borrows strings from cc, l and static tables. */
+void resources_reply(const ContextConfig *cc, const Limits *l, ReplyLimits *ret);

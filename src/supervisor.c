@@ -177,7 +177,7 @@ static void supervisor_check_shutdown(Supervisor *s) {
 
 /* ---- What the control handlers see (HandlersHost) ---- */
 
-static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer);
+static void supervisor_reply(Supervisor *s, const ControlPeer *peer, ReplySupervisor *ret, char **ret_degraded);
 
 static Context *supervisor_find_cb(void *userdata, const char *name) {
         return supervisor_find(userdata, name);
@@ -196,8 +196,8 @@ static bool supervisor_stopping(void *userdata) {
         return s->stopping;
 }
 
-static json_t *supervisor_status(void *userdata, const ControlPeer *peer) {
-        return supervisor_to_json(userdata, peer);
+static void supervisor_status(void *userdata, const ControlPeer *peer, ReplySupervisor *ret, char **ret_degraded) {
+        supervisor_reply(userdata, peer, ret, ret_degraded);
 }
 
 static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error);
@@ -470,21 +470,21 @@ int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **r
 
 /* A reload's report as the log lines kernelctl also prints. */
 static void log_reload_report(const json_t *report) {
-        json_t *v;
-        size_t i;
+        _cleanup_(reply_report_done) ReplyReport r = {};
 
-        json_array_foreach(json_object_get(report, "added"), i, v) log_info("reload: added %s", json_string_value(v));
-        json_array_foreach(json_object_get(report, "restarted"), i, v)
-                log_info("reload: restarted %s (%s)", json_string_value(json_object_get(v, "name")),
-                         json_string_value(json_object_get(v, "reason")));
-        json_array_foreach(json_object_get(report, "updated"), i, v)
-                log_info("reload: updated %s in place (%s)", json_string_value(json_object_get(v, "name")),
-                         json_string_value(json_object_get(v, "setting")));
-        json_array_foreach(json_object_get(report, "removed"), i, v)
-                log_info("reload: removed %s", json_string_value(v));
-        json_array_foreach(json_object_get(report, "not_applied"), i, v)
-                log_warning("reload: %s", json_string_value(v));
-        log_info("reload: unchanged %lld", (long long) json_integer_value(json_object_get(report, "unchanged")));
+        if (reply_report_decode(report, &r, NULL) < 0)
+                return;
+        for (size_t i = 0; i < r.n_added; i++)
+                log_info("reload: added %s", r.added[i]);
+        for (size_t i = 0; i < r.n_restarted; i++)
+                log_info("reload: restarted %s (%s)", r.restarted[i].name, r.restarted[i].why);
+        for (size_t i = 0; i < r.n_updated; i++)
+                log_info("reload: updated %s in place (%s)", r.updated[i].name, r.updated[i].why);
+        for (size_t i = 0; i < r.n_removed; i++)
+                log_info("reload: removed %s", r.removed[i]);
+        for (size_t i = 0; i < r.n_not_applied; i++)
+                log_warning("reload: %s", r.not_applied[i]);
+        log_info("reload: unchanged %lld", r.unchanged);
 }
 
 /* Reload, announced to systemd; logs the outcome. */
@@ -526,18 +526,20 @@ static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret
 }
 
 /* The status of the daemon itself, as peer may see it. */
-static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer) {
-        _cleanup_free_ char *degraded = NULL;
-        char ts[64], ts2[64];
-
-        (void) supervisor_degraded(s, peer, &degraded);
-        return json_pack("{s:i, s:s, s:I, s:s, s:s, s:f, s:i, s:o, s:o}", "pid", (int) getpid(), "version",
-                         PACKAGE_VERSION, "generation", (json_int_t) s->sstate.generation, "boot_id",
-                         s->sstate.boot_id, "started_at", format_timestamp(ts, sizeof ts, s->sstate.started_at),
-                         "uptime", supervisor_uptime(s), "resumes", (int) s->resumes, "last_resume_at",
-                         s->last_resume_at ? json_string(format_timestamp(ts2, sizeof ts2, s->last_resume_at))
-                                           : json_null(),
-                         "degraded", degraded ? json_string(degraded) : json_null());
+static void supervisor_reply(Supervisor *s, const ControlPeer *peer, ReplySupervisor *ret, char **ret_degraded) {
+        *ret_degraded = NULL;
+        (void) supervisor_degraded(s, peer, ret_degraded);
+        *ret = (ReplySupervisor){
+                .pid = getpid(),
+                .version = PACKAGE_VERSION,
+                .generation = (long long) s->sstate.generation,
+                .boot_id = s->sstate.boot_id,
+                .started_at = s->sstate.started_at,
+                .uptime = supervisor_uptime(s),
+                .resumes = (long long) s->resumes,
+                .last_resume_at = s->last_resume_at,
+                .degraded = *ret_degraded,
+        };
 }
 
 /* ---- Freezes ---- */

@@ -102,6 +102,33 @@ char *format_timestamp_usec(char *buf, size_t size, usec_t t) {
         return format_iso8601(buf, size, t, true);
 }
 
+int parse_timestamp(const char *s, usec_t *ret) {
+        static const char form[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+        char buf[sizeof form];
+        struct tm tm = {};
+        unsigned msec;
+        time_t sec;
+
+        /* The form first: sscanf() alone would take signs and spaces. */
+        for (size_t i = 0; i < sizeof form; i++)
+                if (form[i] == 'd' ? !isdigit((unsigned char) s[i]) : s[i] != form[i])
+                        return -EINVAL;
+        if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3u", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                   &tm.tm_sec, &msec) != 7)
+                return -EINVAL;
+        if (tm.tm_year < 1970 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+            tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 59)
+                return -EINVAL;
+        tm.tm_year -= 1900;
+        tm.tm_mon -= 1;
+        sec = timegm(&tm);
+        if (sec < 0)
+                return -EINVAL;
+        *ret = (usec_t) sec * USEC_PER_SEC + msec * USEC_PER_MSEC;
+        /* timegm() takes February 31 as March 3: only a date that exists reads back as written. */
+        return streq(format_timestamp(buf, sizeof buf, *ret), s) ? 0 : -EINVAL;
+}
+
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret) {
         char *end;
         unsigned long long v;

@@ -22,6 +22,8 @@ char *format_duration(char *buf, size_t size, usec_t usec);
 char *format_timestamp(char *buf, size_t size, usec_t realtime);
 /* The same with microseconds, as jupyter_client writes a message header's date. */
 char *format_timestamp_usec(char *buf, size_t size, usec_t realtime);
+/* The inverse of format_timestamp(): exactly that form, a date that exists, from 1970 on; -EINVAL otherwise. */
+int parse_timestamp(const char *s, usec_t *ret);
 
 /* Parses a whole decimal unsigned number in [min, max]; -EINVAL/-ERANGE otherwise. */
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret);

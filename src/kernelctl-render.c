@@ -1,0 +1,334 @@
+/* kernelctl's rendering of the daemon's replies (kernelctl-render.h). */
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "kernelctl-render.h"
+#include "util.h"
+
+bool render_state_is_up(const char *state) {
+        return state && (streq(state, "ready") || streq(state, "busy"));
+}
+
+int render_json(const json_t *j) {
+        if (json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) < 0)
+                return client_fail(EXIT_FAILED, "cannot write the reply.");
+        putchar('\n');
+        return EXIT_OK;
+}
+
+/* A count, or "-" for none (negative). */
+static char *format_integer(long long v) {
+        char *s;
+
+        if (v < 0)
+                return strdup("-");
+        return asprintf(&s, "%lld", v) < 0 ? NULL : s;
+}
+
+static char *format_uptime(double v) {
+        unsigned long long s;
+        char *out;
+        int r;
+
+        if (v < 0)
+                return strdup("-");
+        s = (isfinite(v) && v > 0) ? (v < 1e15 ? (unsigned long long) v : 999999999999999ULL) : 0;
+        if (s >= 86400)
+                r = asprintf(&out, "%llud %llu:%02llu:%02llu", s / 86400, (s / 3600) % 24, (s / 60) % 60, s % 60);
+        else
+                r = asprintf(&out, "%llu:%02llu:%02llu", s / 3600, (s / 60) % 60, s % 60);
+        return r < 0 ? NULL : out;
+}
+
+enum { COL_NAME, COL_STATE, COL_PID, COL_UPTIME, COL_RESTARTS, COL_INCARNATION, COL_TRANSPORT, COL_INFO, N_COLUMNS };
+
+static void row_free(char **row) {
+        for (size_t i = 0; i < N_COLUMNS; i++)
+                free(row[i]);
+}
+
+static int status_row(const ReplyContext *c, char **row) {
+        row[COL_NAME] = client_sanitize(c->name, false);
+        row[COL_STATE] = client_sanitize(c->state, false);
+        row[COL_PID] = format_integer(c->pid ?: -1);
+        row[COL_UPTIME] = format_uptime(c->uptime);
+        row[COL_RESTARTS] = format_integer(c->restarts);
+        row[COL_INCARNATION] = format_integer(c->incarnation);
+        row[COL_TRANSPORT] = client_sanitize(c->transport, false);
+        row[COL_INFO] = client_sanitize(!render_state_is_up(c->state) && c->last_error ? c->last_error
+                                        : streq_ptr(c->running, "other")               ? "another client's cell"
+                                        : streq_ptr(c->running, "ours")                ? "a cell from exec"
+                                                                                       : "",
+                                        false);
+        for (size_t i = 0; i < N_COLUMNS; i++)
+                if (!row[i])
+                        return -ENOMEM;
+        return 0;
+}
+
+static void print_row(char *const *row, const size_t *widths) {
+        char line[4096];
+        size_t n = 0;
+
+        for (size_t i = 0; i < N_COLUMNS; i++) {
+                int k = snprintf(line + n, sizeof line - n, "%-*s%s", (int) widths[i], row[i],
+                                 i + 1 < N_COLUMNS ? "  " : "");
+                if (k < 0)
+                        break;
+                n += (size_t) k;
+                if (n >= sizeof line) {
+                        n = sizeof line - 1;
+                        break;
+                }
+        }
+        while (n > 0 && line[n - 1] == ' ')
+                n--;
+        line[n] = '\0';
+        puts(line);
+}
+
+int render_status_table(const ReplyContext *contexts, size_t n) {
+        static const char *const header[N_COLUMNS] = { "NAME",     "STATE",       "PID",       "UPTIME",
+                                                       "RESTARTS", "INCARNATION", "TRANSPORT", "INFO" };
+        size_t widths[N_COLUMNS], n_tcp = 0;
+        _cleanup_free_ char **rows = NULL;
+        int r = EXIT_OK;
+
+        rows = calloc(n ? n * N_COLUMNS : 1, sizeof(char *));
+        if (!rows)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        for (size_t i = 0; i < N_COLUMNS; i++)
+                widths[i] = strlen(header[i]);
+        for (size_t i = 0; i < n; i++) {
+                char **row = rows + i * N_COLUMNS;
+
+                if (status_row(&contexts[i], row) < 0) {
+                        r = client_fail(EXIT_FAILED, "out of memory.");
+                        goto finish;
+                }
+                for (size_t c = 0; c < N_COLUMNS; c++)
+                        if (strlen(row[c]) > widths[c])
+                                widths[c] = strlen(row[c]);
+                n_tcp += streq(row[COL_TRANSPORT], "tcp");
+        }
+        print_row((char *const *) header, widths);
+        for (size_t i = 0; i < n; i++)
+                print_row(rows + i * N_COLUMNS, widths);
+        if (n_tcp > 0)
+                printf("\ntcp: any local user can connect to the kernel%s of %s on tcp and subscribe to %s output.\n",
+                       n_tcp > 1 ? "s" : "", n_tcp > 1 ? "the contexts" : "the context", n_tcp > 1 ? "their" : "its");
+finish:
+        for (size_t i = 0; i < n; i++)
+                row_free(rows + i * N_COLUMNS);
+        return r;
+}
+
+/* Removes ANSI escape sequences (CSI: ESC [ parameters final-byte; and
+ * two-byte ESC X) in place: IPython colours its tracebacks. */
+static void strip_ansi(char *s) {
+        char *w = s;
+
+        for (const char *p = s; *p;) {
+                if (*p != '\033') {
+                        *w++ = *p++;
+                        continue;
+                }
+                p++;
+                if (*p == '[') {
+                        p++;
+                        while (*p && !(*p >= 0x40 && *p <= 0x7e))
+                                p++;
+                        if (*p)
+                                p++;
+                } else if (*p)
+                        p++;
+        }
+        *w = '\0';
+}
+
+/* Whether the last text written to stdout did not end its line: the summary goes on a line of its own. */
+static bool stdout_mid_line;
+
+/* Text mode: an output as a notebook shows it. nbformat is Jupyter's schema, read here as it comes. */
+void render_output(const json_t *out, bool traceback) {
+        const char *type = json_string_value(json_object_get(out, "output_type"));
+
+        if (!type)
+                return;
+        if (streq(type, "stream")) {
+                const json_t *text = json_object_get(out, "text");
+                const char *name = json_string_value(json_object_get(out, "name"));
+                FILE *f = name && streq(name, "stderr") ? stderr : stdout;
+
+                if (!json_is_string(text))
+                        return;
+                /* Another stream may follow: keep the two in the order they came. */
+                fflush(f == stdout ? stderr : stdout);
+                fwrite(json_string_value(text), 1, json_string_length(text), f);
+                fflush(f);
+                if (f == stdout && json_string_length(text) > 0)
+                        stdout_mid_line = json_string_value(text)[json_string_length(text) - 1] != '\n';
+        } else if (streq(type, "execute_result") || streq(type, "display_data") ||
+                   streq(type, "update_display_data")) {
+                const json_t *data = json_object_get(out, "data");
+                const char *plain = json_string_value(json_object_get(data, "text/plain"));
+
+                fflush(stderr);
+                if (stdout_mid_line)
+                        putchar('\n');
+                stdout_mid_line = false;
+                if (plain) {
+                        size_t n = strlen(plain);
+
+                        fputs(plain, stdout);
+                        if (n == 0 || plain[n - 1] != '\n')
+                                putchar('\n');
+                } else if (json_is_object(data)) {
+                        /* No text to show: say what there is, e.g. "[image/png]". */
+                        const char *mime;
+                        json_t *v;
+                        bool first = true;
+
+                        putchar('[');
+                        json_object_foreach((json_t *) data, mime, v) {
+                                _cleanup_free_ char *m = client_sanitize(mime, false);
+
+                                printf("%s%s", first ? "" : ", ", m ?: "?");
+                                first = false;
+                        }
+                        puts("]");
+                }
+                fflush(stdout);
+        } else if (streq(type, "error")) {
+                const json_t *tb = json_object_get(out, "traceback"), *line;
+                size_t i;
+
+                fflush(stdout);
+                if (traceback && json_array_size(tb) > 0) {
+                        bool keep_colour = isatty(STDERR_FILENO);
+
+                        json_array_foreach(tb, i, line) {
+                                _cleanup_free_ char *t = strdup(json_string_value(line) ?: "");
+
+                                if (!t)
+                                        continue;
+                                if (!keep_colour)
+                                        strip_ansi(t);
+                                fprintf(stderr, "%s\n", t);
+                        }
+                } else {
+                        _cleanup_free_ char *ename =
+                                strdup(json_string_value(json_object_get(out, "ename")) ?: "Error");
+                        _cleanup_free_ char *evalue = strdup(json_string_value(json_object_get(out, "evalue")) ?: "");
+
+                        if (ename && evalue) {
+                                strip_ansi(ename);
+                                strip_ansi(evalue);
+                                fprintf(stderr, "%s%s%s\n", ename, *evalue ? ": " : "", evalue);
+                        }
+                }
+                fflush(stderr);
+        }
+        /* clear_output: a terminal cannot take back what it printed. */
+}
+
+void render_json_line(const json_t *j) {
+        if (json_dumpf(j, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) == 0)
+                putchar('\n');
+        fflush(stdout);
+}
+int render_action(const ReplyContext *c, const char *name) {
+        _cleanup_free_ char *shown_name = client_sanitize(c->name ?: name, false);
+        _cleanup_free_ char *shown_state = client_sanitize(c->state, false);
+
+        if (!shown_name || !shown_state)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        if (c->pid > 0)
+                printf("%s: %s (pid %lld, incarnation %lld)\n", shown_name, shown_state, c->pid, c->incarnation);
+        else
+                printf("%s: %s\n", shown_name, shown_state);
+        return EXIT_OK;
+}
+
+char *render_not_ready(const ReplyContext *c) {
+        _cleanup_free_ char *state = client_sanitize(c ? c->state : "unknown", false);
+        _cleanup_free_ char *error = c && c->last_error ? client_sanitize(c->last_error, false) : NULL;
+        char *s;
+
+        if (!state)
+                return NULL;
+        if (asprintf(&s, "state %s%s%s", state, error ? ": " : "", error ?: "") < 0)
+                return NULL;
+        return s;
+}
+
+void render_exec_summary(const ReplyExecResult *res, bool died) {
+        _cleanup_free_ char *st = client_sanitize(res->status, false);
+
+        if (stdout_mid_line)
+                putchar('\n');
+        if (died && streq(res->status, "died")) {
+                _cleanup_free_ char *k = res->kernel_id ? client_sanitize(res->kernel_id, false) : NULL;
+                if (k)
+                        printf("[%s: kernel now %s]\n", st ?: "?", k);
+                else
+                        printf("[%s: no kernel]\n", st ?: "?");
+        } else if (streq(res->status, "not_started"))
+                /* Only a timeout keeps a cell from starting and still answers its caller. */
+                puts("[not started: timeout]");
+        else if (!died && res->execution_count >= 0)
+                printf("[%s #%lld]\n", st ?: "?", res->execution_count);
+        else
+                printf("[%s]\n", st ?: "?");
+}
+
+void render_check(const char *name, const ReplyCheck *check, const char *verdict, const char *expect) {
+        _cleanup_free_ char *shown = client_sanitize(name, false);
+        _cleanup_free_ char *state = client_sanitize(check->context.state, false);
+        _cleanup_free_ char *kid = client_sanitize(check->context.kernel_id, false);
+        _cleanup_free_ char *expected = expect ? client_sanitize(expect, false) : NULL;
+
+        printf("%s: %s pid %lld kernel_id %s incarnation %lld generation %lld", shown ?: "?", state ?: "?",
+               check->context.pid, kid ?: "?", check->context.incarnation, check->supervisor.generation);
+        if (streq(verdict, "same"))
+                puts(": same kernel, namespace intact");
+        else if (streq(verdict, "replaced"))
+                printf(": kernel replaced (expected %s), namespace empty\n", expected ?: "?");
+        else
+                putchar('\n');
+}
+
+/* "VERB NAME" or "VERB NAME (WHY SUFFIX)". */
+static void print_name_line(const char *verb, const char *name, const char *why, const char *suffix) {
+        _cleanup_free_ char *n = client_sanitize(name, false), *w = why ? client_sanitize(why, false) : NULL;
+
+        if (w)
+                printf("%s %s (%s%s)\n", verb, n ?: "?", w, suffix);
+        else
+                printf("%s %s\n", verb, n ?: "?");
+}
+
+void render_report(const ReplyReport *r) {
+        for (size_t i = 0; i < r->n_added; i++)
+                print_name_line("added", r->added[i], NULL, "");
+        for (size_t i = 0; i < r->n_restarted; i++)
+                print_name_line("restarted", r->restarted[i].name, r->restarted[i].why, "");
+        for (size_t i = 0; i < r->n_updated; i++)
+                print_name_line("updated", r->updated[i].name, r->updated[i].why,
+                                " changed, applied without a restart");
+        for (size_t i = 0; i < r->n_removed; i++)
+                print_name_line("removed", r->removed[i], NULL, "");
+        for (size_t i = 0; i < r->n_stopping; i++)
+                print_name_line("stopping", r->stopping[i], "its kernel has not exited yet", "");
+        printf("unchanged %lld\n", r->unchanged);
+        for (size_t i = 0; i < r->n_not_applied; i++) {
+                _cleanup_free_ char *n = client_sanitize(r->not_applied[i], false);
+                fprintf(stderr, "kernelctl: not applied: %s\n", n ?: "?");
+        }
+}

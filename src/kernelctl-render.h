@@ -1,0 +1,40 @@
+/* kernelctl's rendering of the daemon's replies (decoded by reply.h) for people: the status
+ * table, a cell's outputs as a notebook shows them, check's verdict, a reload report. Text from
+ * the daemon is sanitized before it reaches the terminal. Everything writes to stdout, problems to
+ * stderr; functions returning int return a kernelctl exit code. Not re-entrant: render_output()
+ * and render_exec_summary() share whether stdout is mid-line. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "reply.h"
+
+/* Whether a context in this state has a kernel that answers. */
+bool render_state_is_up(const char *state);
+
+/* The daemon's reply as indented JSON (--json); as one compact line (--stream). */
+int render_json(const json_t *j);
+void render_json_line(const json_t *j);
+
+/* status: a table like supervisorctl's, and a note under it for contexts on tcp. */
+int render_status_table(const ReplyContext *contexts, size_t n);
+
+/* start, stop, restart: "NAME: STATE (pid P, incarnation I)"; name is the context asked for. */
+int render_action(const ReplyContext *c, const char *name);
+
+/* "state X: last_error" (c NULL: "state unknown"). New; NULL on out of memory. */
+char *render_not_ready(const ReplyContext *c);
+
+/* One output of a cell (an nbformat dict) as a notebook shows it; traceback: the whole of an error's. */
+void render_output(const json_t *out, bool traceback);
+/* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]", "[not started: timeout]". */
+void render_exec_summary(const ReplyExecResult *res, bool died);
+
+/* check's line: "NAME: ready pid P kernel_id K incarnation I generation G[: verdict]". verdict is
+ * "ready", "same" or "replaced"; expect the kernel_id asked about (NULL: none). */
+void render_check(const char *name, const ReplyCheck *check, const char *verdict, const char *expect);
+
+/* reload, add, remove: "added c", "restarted b (env changed)", ..., "unchanged 12"; what only a
+ * restart of the daemon applies goes to stderr. */
+void render_report(const ReplyReport *r);

@@ -1,0 +1,199 @@
+/* The replies of the control protocol, one C type each: the one description of what kernelsupd
+ * answers (as a JSON-RPC result, as the data of an error, or as a notification's params) and of
+ * what kernelctl reads. Both ends go through the encoders and decoders below, which are written
+ * once, from one table per type in reply.c, so they agree by construction.
+ *
+ * Which method answers with which type:
+ *   status, wait            ReplyStatus (also the data of wait's KS_ERR_TIMEOUT)
+ *   check                   ReplyCheck
+ *   start, stop, restart    ReplyContext (also the data of start's and restart's KS_ERR_FAILED)
+ *   check, start, stop,     ReplyTimedOut: the data of their KS_ERR_TIMEOUT
+ *   restart
+ *   execute                 ReplyOutput notifications ("output"), then ReplyExecResult (the data of
+ *                           a KS_ERR_FAILED when the cell did not run to its end: status "died"
+ *                           or "aborted")
+ *   interrupt               ReplyInterrupt
+ *   metrics                 ReplyMetrics
+ *   reload, add, remove     ReplyReport
+ *   any error               ReplyError: the "error" member of the reply
+ *
+ * Ownership: the strings and JSON values a struct points to are borrowed. reply_X_encode() reads
+ * them and returns a new JSON object in *ret (the caller's, json_decref()); 0, -ENOMEM, or -EINVAL
+ * for a value it cannot encode (a required string that is NULL, text that is not UTF-8).
+ * reply_X_decode() points them into the JSON value it was given, which must outlive the struct;
+ * it allocates only arrays, which reply_X_done() frees (also after a failed decode, and on a
+ * zeroed struct). Decoders ignore members they do not know (a newer daemon may add some) and
+ * refuse with -EBADMSG a missing member or one of the wrong type or out of range, saying which
+ * in *problem (may be NULL); -ENOMEM when an array cannot be allocated. Nothing re-enters.
+ *
+ * A null in JSON is, in C: NULL for a string, the "none" value named at the member for a number,
+ * valid = false for a struct. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "macro.h"
+
+/* What a decoder refused: "contexts[2].limits.memory_max: expected an integer or null". */
+typedef struct ReplyProblem {
+        char text[256];
+} ReplyProblem;
+
+/* The supervisor in "status", "wait" and "check". */
+typedef struct ReplySupervisor {
+        long long pid;
+        const char *version;
+        long long generation; /* counts the daemon's starts on this machine's state */
+        const char *boot_id;
+        usec_t started_at;     /* CLOCK_REALTIME; RFC 3339 with milliseconds in JSON */
+        double uptime;         /* seconds */
+        long long resumes;     /* freezes of the machine seen */
+        usec_t last_resume_at; /* 0: null */
+        const char *degraded;  /* why the daemon is degraded (its state is not on disk); NULL: null */
+} ReplySupervisor;
+
+/* How the last kernel of a context ended ("last_exit"). */
+typedef struct ReplyExit {
+        bool valid;         /* false: "last_exit" is null (no kernel ended yet); must stay first */
+        long long code;     /* exit code; -1: null (killed by a signal, or unknown) */
+        long long signal;   /* "SIGKILL", or the number as a string for a signal without a name; 0: null */
+        bool oom;           /* the memory cgroup saw an OOM kill */
+        const char *reason; /* "exit-code", "signal", "oom-kill" or "unknown" */
+        usec_t at;          /* 0: null */
+} ReplyExit;
+
+/* Bits of ReplyLimits.enforced and .not_enforced, in JSON the limits' names. */
+enum {
+        REPLY_LIMIT_MEMORY = 1 << 0, /* "memory_max" */
+        REPLY_LIMIT_CPU = 1 << 1,    /* "cpu_quota" */
+        REPLY_LIMIT_TASKS = 1 << 2,  /* "tasks_max" */
+};
+
+/* A context's resource limits ("limits"): what was asked, and what holds. */
+typedef struct ReplyLimits {
+        const char *mechanism;  /* "none", "systemd-scope", "cgroup" or "rlimit" */
+        long long memory_max;   /* bytes; 0: null (no limit) */
+        long long cpu_quota;    /* percent of one CPU, "50%" in JSON; 0: null */
+        long long tasks_max;    /* 0: null */
+        unsigned enforced;      /* REPLY_LIMIT_* */
+        unsigned not_enforced;  /* REPLY_LIMIT_*: asked for, but nothing enforces it here */
+        const char *note;       /* why not, in a sentence; NULL: null */
+        const char *group;      /* the kernel's cgroup; NULL: null */
+        const char *group_kill; /* how a stop kills the kernel's group: "subreaper", "cgroup.kill", ... */
+} ReplyLimits;
+
+/* One context's status. */
+typedef struct ReplyContext {
+        const char *name;
+        const char *state;     /* "stopped", "starting", "ready", "busy", "unresponsive", "backoff",
+                                * "failed" or "stopping" */
+        long long pid;         /* 0: null (no kernel running) */
+        const char *kernel_id; /* a UUID; NULL: null (never started) */
+        long long incarnation; /* kernels started so far, over the daemon's restarts */
+        long long restarts;
+        usec_t started_at; /* 0: null */
+        double uptime;     /* seconds; negative: null */
+        const char *connection_file;
+        ReplyExit last_exit;
+        const char *last_error;    /* NULL: null */
+        long long execution_count; /* of the kernel's last cell; -1: null */
+        usec_t last_activity;      /* of our cells; 0: null */
+        long long queued;          /* cells waiting */
+        ReplyLimits limits;
+        const char *transport;      /* "ipc" or "tcp" */
+        const char *transport_note; /* for tcp: any local user can reach the kernel; NULL: null */
+        const char *running;        /* whose cell the kernel runs while busy: "ours" (from exec through the
+                                     * daemon) or "other" (another client's); NULL: null */
+} ReplyContext;
+
+/* status and wait: the daemon and the contexts asked for. */
+typedef struct ReplyStatus {
+        ReplySupervisor supervisor;
+        ReplyContext *contexts;
+        size_t n_contexts;
+} ReplyStatus;
+
+/* check: the context answers, and the daemon that says so. */
+typedef struct ReplyCheck {
+        ReplySupervisor supervisor;
+        ReplyContext context;
+} ReplyCheck;
+
+/* The data of a KS_ERR_TIMEOUT of check, start, stop and restart: the context as it was. */
+typedef struct ReplyTimedOut {
+        ReplyContext context;
+} ReplyTimedOut;
+
+/* The params of an "output" notification of execute: one output of the cell as it arrives, an
+ * nbformat v4 output dict (Jupyter's schema, passed through: only "output_type" is checked). */
+typedef struct ReplyOutput {
+        const json_t *output;
+} ReplyOutput;
+
+/* The end of a cell. */
+typedef struct ReplyExecResult {
+        const char *status;        /* "ok", "error", "timeout", "died" or "aborted" */
+        long long execution_count; /* -1: null */
+        const char *kernel_id;     /* the kernel it ran on (after "died": its successor); NULL: null */
+        const json_t *outputs;     /* every output, an array of nbformat v4 output dicts; NULL encodes as [] */
+} ReplyExecResult;
+
+typedef struct ReplyInterrupt {
+        bool interrupted; /* false: no cell of ours was running */
+} ReplyInterrupt;
+
+typedef struct ReplyMetrics {
+        const char *content_type; /* the OpenMetrics media type, with its version */
+        const char *text;         /* the exposition, ending in "# EOF\n" */
+} ReplyMetrics;
+
+/* A context a reload changes: why it restarts ("reason": "env changed"), or which setting it
+ * takes without a restart ("setting": "restart"). */
+typedef struct ReplyChange {
+        const char *name;
+        const char *why;
+} ReplyChange;
+
+/* What a reload (also add and remove) did, or would do with dry_run. */
+typedef struct ReplyReport {
+        const char **added;
+        size_t n_added;
+        const char **removed;
+        size_t n_removed;
+        ReplyChange *restarted; /* "reason" */
+        size_t n_restarted;
+        ReplyChange *updated; /* "setting" */
+        size_t n_updated;
+        long long unchanged;
+        const char **not_applied; /* settings only a restart of the daemon applies, as sentences */
+        size_t n_not_applied;
+        const char **stopping; /* remove: contexts whose kernel had not exited by the timeout; the
+                                * member is left out when empty */
+        size_t n_stopping;
+} ReplyReport;
+
+/* The "error" member of an error reply. */
+typedef struct ReplyError {
+        long long code;      /* RPC_* or KS_ERR_* of protocol.h, within 32 bits */
+        const char *message; /* encoded lossily: bytes that are not UTF-8 become '?' */
+        const json_t *data;  /* NULL: left out */
+} ReplyError;
+
+#define REPLY_DECLARE(name, Type)                                                                                     \
+        int reply_##name##_encode(const Type *v, json_t **ret);                                                       \
+        int reply_##name##_decode(const json_t *j, Type *ret, ReplyProblem *problem);                                 \
+        void reply_##name##_done(Type *v)
+
+REPLY_DECLARE(status, ReplyStatus);
+REPLY_DECLARE(check, ReplyCheck);
+REPLY_DECLARE(context, ReplyContext);
+REPLY_DECLARE(timed_out, ReplyTimedOut);
+REPLY_DECLARE(output, ReplyOutput);
+REPLY_DECLARE(exec_result, ReplyExecResult);
+REPLY_DECLARE(interrupt, ReplyInterrupt);
+REPLY_DECLARE(metrics, ReplyMetrics);
+REPLY_DECLARE(report, ReplyReport);
+REPLY_DECLARE(error, ReplyError);
+REPLY_DECLARE(supervisor, ReplySupervisor);
