@@ -691,9 +691,9 @@ static void test_hostile_shapes(void) {
         }
         {
                 ReplyMetrics m;
-                ReplyProblem p;
+                ReplyProblem why;
                 json_auto_t *j = json_pack("{s:s}", "content_type", "text/plain");
-                ok(reply_metrics_decode(j, &m, &p) == -EBADMSG && strstr(p.text, "text"),
+                ok(reply_metrics_decode(j, &m, &why) == -EBADMSG && strstr(why.text, "text"),
                    "metrics without its text is refused, naming it");
         }
 }
