@@ -313,7 +313,7 @@ void context_launch(Context *c) {
 
         uv_timer_stop(&c->timer);
         c->deadline_hit = false;
-        c->got_info = c->got_iopub = false;
+        context_readiness_reset(c);
         free(c->pending_error);
         c->pending_error = NULL;
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "chunking.h"
 #include "context-private.h"
 #include "log.h"
 #include "util.h"
@@ -115,21 +116,104 @@ static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
 static uint64_t stop_phase_msec(const Context *c);
 
-/* ---- The kernel connection ---- */
-
 static void context_became_ready(Context *c);
 
+void context_readiness_reset(Context *c) {
+        c->got_info = c->got_iopub = false;
+        c->chunking = CHUNKING_UNASKED;
+        c->chunking_id[0] = '\0';
+}
+
+/* ---- Output chunking (chunking.h) ---- */
+
+static void chunking_off(Context *c, const char *why) {
+        c->chunking = CHUNKING_OFF;
+        log_warning("%s: output chunking is off for kernel %s: %s (a cell that prints fast may then lose what it "
+                    "printed to a dropped message)",
+                    c->name, c->st.kernel_id, why);
+}
+
+/* Sends the patch; the context turns ready once it is answered (or CHUNKING_WAIT_USEC passed). */
+static void chunking_start(Context *c) {
+        json_t *content = chunking_request(CHUNKING_CHARS);
+        char why[128];
+        int r;
+
+        r = content ? kernel_conn_send(c->conn, CHANNEL_SHELL, "execute_request", content, c->chunking_id) : -ENOMEM;
+        if (r < 0) {
+                c->chunking_id[0] = '\0';
+                snprintf(why, sizeof why, "cannot send the request: %s", strerror(-r));
+                return chunking_off(c, why);
+        }
+        c->chunking = CHUNKING_PENDING;
+        c->chunking_sent = now_usec(CLOCK_MONOTONIC);
+}
+
+/* The reply to the request, however late: a kernel that turned ready without it may still be patched. */
+static void chunking_on_reply(Context *c, const JupyterMsg *msg) {
+        _cleanup_free_ char *why = NULL;
+        int r = chunking_result(msg->content, &why);
+
+        c->chunking_id[0] = '\0';
+        if (r <= 0)
+                return chunking_off(c, why ?: "out of memory");
+        c->chunking = CHUNKING_ON;
+        if (c->state == CONTEXT_STARTING)
+                log_debug("%s: output chunking is on for kernel %s (stream messages of at most %zu characters)",
+                          c->name, c->st.kernel_id, CHUNKING_CHARS);
+        else
+                log_notice("%s: output chunking is on for kernel %s after all (a late answer)", c->name,
+                           c->st.kernel_id);
+}
+
+/* While starting: the chunking request went unanswered for too long. */
+static void chunking_check_wait(Context *c) {
+        char why[128], d[32];
+
+        if (c->chunking != CHUNKING_PENDING || now_usec(CLOCK_MONOTONIC) - c->chunking_sent < CHUNKING_WAIT_USEC)
+                return;
+        snprintf(why, sizeof why, "the kernel did not answer the request within %s",
+                 format_duration(d, sizeof d, CHUNKING_WAIT_USEC));
+        chunking_off(c, why);
+}
+
+static const char *chunking_to_string(ChunkingState s) {
+        return s == CHUNKING_ON ? "on" : s == CHUNKING_OFF ? "off" : NULL;
+}
+
+/* ---- The kernel connection ---- */
+
 static void context_check_started(Context *c) {
-        if (c->state == CONTEXT_STARTING && c->got_info && c->got_iopub)
-                context_became_ready(c);
+        if (c->state != CONTEXT_STARTING || !c->got_info || !c->got_iopub)
+                return;
+        /* An IPython kernel gets its output chunked before any cell of ours runs. */
+        if (c->chunking == CHUNKING_WANTED)
+                chunking_start(c);
+        if (c->chunking == CHUNKING_PENDING)
+                return;
+        context_became_ready(c);
 }
 
 static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
 
         exec_queue_on_reply(c->exec, channel, msg);
-        if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply")) {
+        if (channel != CHANNEL_SHELL)
+                return;
+        if (streq(jupyter_msg_type(msg), "kernel_info_reply")) {
+                if (c->chunking == CHUNKING_UNASKED) {
+                        if (!chunking_applies(msg->content))
+                                c->chunking = CHUNKING_NONE;
+                        else if (c->cfg->output_chunking)
+                                c->chunking = CHUNKING_WANTED;
+                        else
+                                chunking_off(c, "output_chunking = no");
+                }
                 c->got_info = true;
+                context_check_started(c);
+        } else if (c->chunking_id[0] && streq(jupyter_msg_parent_id(msg), c->chunking_id) &&
+                   streq(jupyter_msg_type(msg), "execute_reply")) {
+                chunking_on_reply(c, msg);
                 context_check_started(c);
         }
 }
@@ -324,7 +408,10 @@ void context_send_kernel_info(Context *c) {
 void context_info_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
-        if (c->state == CONTEXT_STARTING && c->conn) {
+        if (c->state == CONTEXT_STARTING && c->conn && c->chunking == CHUNKING_PENDING) {
+                chunking_check_wait(c);
+                context_check_started(c);
+        } else if (c->state == CONTEXT_STARTING && c->conn) {
                 /* Once the kernel has answered, only the iopub subscription is missing:
                  * each request makes it publish again. */
                 context_send_kernel_info(c);
@@ -788,7 +875,7 @@ int context_adopt(Context *c, char **ret_reason) {
         uv_poll_start(c->pid_poll, UV_READABLE, context_pid_poll_cb);
         c->want_running = true;
         c->adopting = true;
-        c->got_info = c->got_iopub = false;
+        context_readiness_reset(c);
         resources_release(&c->limits);
         resources_inspect(c->cfg, pid, &c->limits);
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
@@ -801,7 +888,8 @@ int context_adopt(Context *c, char **ret_reason) {
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
+                            &c->conn);
         if (r < 0) {
                 c->pending_error = strdup("cannot connect to the adopted kernel's ports");
                 (void) kill(-pid, SIGKILL);
@@ -878,9 +966,10 @@ json_t *context_to_json(const Context *c) {
         /* A running kernel's own, which differs from the setting only while a reload restarts it. */
         Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
         const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
+        const char *chunking = running ? chunking_to_string(c->chunking) : NULL;
 
         return json_pack(
-                "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
+                "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o, s:o}", "name",
                 c->name, "state", context_state_to_string(c->state), "pid",
                 running ? json_integer(c->pid) : json_null(), "kernel_id",
                 c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(), "incarnation",
@@ -891,5 +980,6 @@ json_t *context_to_json(const Context *c) {
                 context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
                 count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity), "queued",
                 (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits), "transport",
-                transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
+                transport_to_string(transport), "transport_note", note ? json_string(note) : json_null(),
+                "output_chunking", chunking ? json_string(chunking) : json_null());
 }

@@ -1,0 +1,119 @@
+/* Output chunking: see chunking.h. */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chunking.h"
+#include "macro.h"
+#include "util.h"
+
+/* How much of the kernel's reason for refusing the patch is kept. */
+#define WHY_MAX 300
+
+/* The patch, run by exec() in a dictionary of its own: its helpers never
+ * land in the user namespace, and the names it calls (len, range, ...) are
+ * the builtins even when the user shadows them. It checks before it changes
+ * anything, so a kernel it does not fit is left as it was and says why.
+ * flush() is ipykernel's own: it hands the buffer to the IO thread and waits
+ * until it is taken, so pieces leave in order and a flood cannot outrun the
+ * IO thread. Held in a ''' string: no backslash and no ''' in here (a unit
+ * test checks). */
+static const char patch_code[] =
+        "import functools\n"
+        "import sys\n"
+        "from ipykernel.iostream import OutStream\n"
+        "\n"
+        "def check(stream, name):\n"
+        "    kind = type(stream).__module__ + '.' + type(stream).__qualname__\n"
+        "    if not isinstance(stream, OutStream):\n"
+        "        raise RuntimeError(name + ' is a ' + kind + ', not ipykernel.iostream.OutStream')\n"
+        "    if type(stream).write is not OutStream.write:\n"
+        "        raise RuntimeError(name + ' is a ' + kind + ' with a write() of its own')\n"
+        "    if not hasattr(stream, '_buffer') or not hasattr(stream, '_buffer_lock'):\n"
+        "        raise RuntimeError(name + ' has no _buffer or _buffer_lock (another ipykernel)')\n"
+        "\n"
+        "def patch(chunk):\n"
+        "    check(sys.stdout, 'sys.stdout')\n"
+        "    check(sys.stderr, 'sys.stderr')\n"
+        "    write = OutStream.write\n"
+        "    if hasattr(write, 'kernelsup_chunk'):\n"
+        "        write = write.__wrapped__\n"
+        "    flush = OutStream.flush\n"
+        "\n"
+        "    def buffered(stream):\n"
+        "        with stream._buffer_lock:\n"
+        "            return stream._buffer.tell()\n"
+        "\n"
+        "    @functools.wraps(write)\n"
+        "    def chunked_write(self, string):\n"
+        "        if not isinstance(string, str) or len(string) <= chunk:\n"
+        "            ret = write(self, string)\n"
+        "            if buffered(self) >= chunk:\n"
+        "                flush(self)\n"
+        "            return ret\n"
+        "        first = None\n"
+        "        for start in range(0, len(string), chunk):\n"
+        "            ret = write(self, string[start:start + chunk])\n"
+        "            if start == 0:\n"
+        "                first = ret\n"
+        "            if buffered(self) >= chunk:\n"
+        "                flush(self)\n"
+        "        return None if first is None else len(string)\n"
+        "\n"
+        "    chunked_write.kernelsup_chunk = chunk\n"
+        "    OutStream.write = chunked_write\n";
+
+bool chunking_applies(const json_t *kernel_info_content) {
+        return streq_ptr(json_string_value(json_object_get(kernel_info_content, "implementation")), "ipython");
+}
+
+json_t *chunking_request(size_t chunk) {
+        _cleanup_free_ char *code = NULL;
+
+        /* The cell itself is one expression statement that binds nothing. */
+        if (asprintf(&code, "exec(compile('''%spatch(%zu)\n''', '%s', 'exec'), {'__name__': 'kernelsup'})\n",
+                     patch_code, chunk, CHUNKING_FILENAME) < 0)
+                return NULL;
+        return json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 1, "store_history", 0,
+                         "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
+}
+
+/* At most max bytes of s, cut where a UTF-8 sequence begins, with control characters as blanks (the reason goes
+ * into a log line). */
+static char *clip_line(const char *s, size_t max) {
+        size_t n = strlen(s);
+        char *out;
+
+        if (n > max) {
+                n = max;
+                while (n > 0 && ((unsigned char) s[n] & 0xC0) == 0x80)
+                        n--;
+        }
+        out = strndup(s, n);
+        if (!out)
+                return NULL;
+        for (char *p = out; *p; p++)
+                if ((unsigned char) *p < 0x20 || *p == 0x7f)
+                        *p = ' ';
+        return out;
+}
+
+int chunking_result(const json_t *reply_content, char **ret_why) {
+        const char *status = json_string_value(json_object_get(reply_content, "status"));
+        _cleanup_free_ char *why = NULL;
+        int r;
+
+        if (streq_ptr(status, "ok"))
+                return 1;
+        if (streq_ptr(status, "error"))
+                r = asprintf(&why, "%s: %s", json_string_value(json_object_get(reply_content, "ename")) ?: "an error",
+                             json_string_value(json_object_get(reply_content, "evalue")) ?: "");
+        else
+                r = asprintf(&why, "the kernel answered with status %s", status ?: "(none)");
+        if (r < 0)
+                return -ENOMEM;
+        *ret_why = clip_line(why, WHY_MAX);
+        return *ret_why ? 0 : -ENOMEM;
+}
