@@ -70,14 +70,15 @@ bool chunking_applies(const json_t *kernel_info_content) {
 }
 
 json_t *chunking_request(size_t chunk) {
-        _cleanup_free_ char *code = NULL;
+        _cleanup_free_ char *expr = NULL;
 
-        /* The cell itself is one expression statement that binds nothing. */
-        if (asprintf(&code, "exec(compile('''%spatch(%zu)\n''', '%s', 'exec'), {'__name__': 'kernelsup'})\n",
-                     patch_code, chunk, CHUNKING_FILENAME) < 0)
+        /* The cell is "pass"; the patch runs as a user expression: an error there is caught into the reply, with
+         * no traceback published and no sys.last_value left behind. An expression binds no name. */
+        if (asprintf(&expr, "exec(compile('''%spatch(%zu)\n''', '%s', 'exec'), {'__name__': 'kernelsup'})", patch_code,
+                     chunk, CHUNKING_FILENAME) < 0)
                 return NULL;
-        return json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 1, "store_history", 0,
-                         "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
+        return json_pack("{s:s, s:b, s:b, s:{s:s}, s:b, s:b}", "code", "pass", "silent", 1, "store_history", 0,
+                         "user_expressions", CHUNKING_EXPRESSION, expr, "allow_stdin", 0, "stop_on_error", 0);
 }
 
 /* At most max bytes of s, cut where a UTF-8 sequence begins, with control characters as blanks (the reason goes
@@ -102,16 +103,20 @@ static char *clip_line(const char *s, size_t max) {
 
 int chunking_result(const json_t *reply_content, char **ret_why) {
         const char *status = json_string_value(json_object_get(reply_content, "status"));
+        const json_t *expr = json_object_get(json_object_get(reply_content, "user_expressions"), CHUNKING_EXPRESSION);
+        const char *expr_status = json_string_value(json_object_get(expr, "status"));
         _cleanup_free_ char *why = NULL;
         int r;
 
-        if (streq_ptr(status, "ok"))
+        if (streq_ptr(status, "ok") && streq_ptr(expr_status, "ok"))
                 return 1;
-        if (streq_ptr(status, "error"))
-                r = asprintf(&why, "%s: %s", json_string_value(json_object_get(reply_content, "ename")) ?: "an error",
-                             json_string_value(json_object_get(reply_content, "evalue")) ?: "");
-        else
+        if (!streq_ptr(status, "ok"))
                 r = asprintf(&why, "the kernel answered with status %s", status ?: "(none)");
+        else if (streq_ptr(expr_status, "error"))
+                r = asprintf(&why, "%s: %s", json_string_value(json_object_get(expr, "ename")) ?: "an error",
+                             json_string_value(json_object_get(expr, "evalue")) ?: "");
+        else
+                r = asprintf(&why, "the kernel did not evaluate the patch (its user expression)");
         if (r < 0)
                 return -ENOMEM;
         *ret_why = clip_line(why, WHY_MAX);

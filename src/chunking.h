@@ -25,6 +25,9 @@
  * the 16 MiB exec_message_bound gives beyond any output_limit. */
 #define CHUNKING_CHARS ((size_t) 1 << 20)
 
+/* The name of the user expression that runs the patch. */
+#define CHUNKING_EXPRESSION "kernelsup_output_chunking"
+
 /* The filename the patch's code carries in tracebacks. */
 #define CHUNKING_FILENAME "<kernelsup output chunking>"
 
@@ -34,13 +37,16 @@ bool chunking_applies(const json_t *kernel_info_content);
 
 /* The content of the execute_request that installs the patch with pieces of
  * chunk characters: silent, not stored in the history (no execution_count,
- * no execute_input, In, Out and _ unchanged), its names kept out of the user
+ * no execute_input, In, Out and _ unchanged); the patch runs as the user
+ * expression CHUNKING_EXPRESSION of the cell "pass", so its failure leaves
+ * no traceback and no sys.last_value, and its names stay out of the user
  * namespace. Running it again in the same kernel (an adopted one) replaces
  * the earlier patch instead of wrapping it. NULL on out of memory. */
 json_t *chunking_request(size_t chunk);
 
 /* Reads the execute_reply content (borrowed) to that request: 1 when the
- * patch is in place; 0 when it is not, and *ret_why (newly allocated) says
- * why, e.g. "RuntimeError: sys.stdout is a io.StringIO, not ipykernel's
- * OutStream" (clipped to 300 bytes). -ENOMEM. */
+ * patch is in place (the reply and its user expression ok); 0 when it is
+ * not, and *ret_why (newly allocated, one line) says why, e.g.
+ * "RuntimeError: sys.stdout is a io.StringIO, not
+ * ipykernel.iostream.OutStream" (clipped to 300 bytes). -ENOMEM. */
 int chunking_result(const json_t *reply_content, char **ret_why);

@@ -482,6 +482,7 @@ static void row_free(char **row) {
 static int status_row(const json_t *ctx, char **row) {
         const char *state = object_string(ctx, "state");
         const char *error = object_string(ctx, "last_error");
+        bool chunking_off = state_is_up(state) && streq_ptr(object_string(ctx, "output_chunking"), "off");
 
         row[COL_NAME] = sanitize(object_string(ctx, "name") ?: "?", false);
         row[COL_STATE] = sanitize(state ?: "?", false);
@@ -490,7 +491,10 @@ static int status_row(const json_t *ctx, char **row) {
         row[COL_RESTARTS] = format_integer(json_object_get(ctx, "restarts"));
         row[COL_INCARNATION] = format_integer(json_object_get(ctx, "incarnation"));
         row[COL_TRANSPORT] = sanitize(object_string(ctx, "transport") ?: "-", false);
-        row[COL_INFO] = sanitize(!state_is_up(state) && error ? error : "", false);
+        row[COL_INFO] = sanitize(!state_is_up(state) && error ? error
+                                 : chunking_off               ? "output chunking off"
+                                                              : "",
+                                 false);
         for (size_t i = 0; i < N_COLUMNS; i++)
                 if (!row[i])
                         return -ENOMEM;

@@ -17,6 +17,7 @@
  *   last_error      string or null
  *   transport       "ipc" or "tcp"
  *   transport_note  null, or for tcp a sentence: any local user can reach the kernel
+ *   output_chunking "on" or "off" for a running IPython kernel (chunking.h), else null
  * The supervisor object of "status": pid, version, generation, boot_id,
  * started_at, uptime. */
 #include <errno.h>

@@ -23,21 +23,26 @@ static void test_applies(void) {
         ok(!chunking_applies(NULL), "no content: left alone");
 }
 
+static const char *expression(const json_t *req) {
+        return json_string_value(json_object_get(json_object_get(req, "user_expressions"), CHUNKING_EXPRESSION));
+}
+
 static void test_request(void) {
         json_auto_t *req = chunking_request(CHUNKING_CHARS);
-        const char *code = json_string_value(json_object_get(req, "code"));
+        const char *code = expression(req);
         const char *open, *close;
         char call[64];
 
-        ok(req && code, "the request has code");
+        ok(req && code, "the patch is a user expression");
         if (!code)
                 return;
+        is_str(json_string_value(json_object_get(req, "code")), "pass", "the cell is pass");
+        is_int(json_object_size(json_object_get(req, "user_expressions")), 1, "the only user expression");
         ok(json_is_true(json_object_get(req, "silent")), "silent: no execute_input, no execution_count");
         ok(json_is_false(json_object_get(req, "store_history")), "store_history false: In, Out, _ unchanged");
         ok(json_is_false(json_object_get(req, "allow_stdin")), "allow_stdin false");
         ok(json_is_false(json_object_get(req, "stop_on_error")), "stop_on_error false: a failure aborts nothing");
-        ok(json_is_object(json_object_get(req, "user_expressions")), "user_expressions {}");
-        ok(strncmp(code, "exec(compile('''", 16) == 0, "the cell only calls exec: it binds no name");
+        ok(strncmp(code, "exec(compile('''", 16) == 0, "the expression only calls exec: it binds no name");
         ok(strstr(code, "{'__name__': 'kernelsup'})") != NULL, "run in a dictionary of its own");
         ok(strstr(code, "'" CHUNKING_FILENAME "'") != NULL, "tracebacks name it");
         /* The patch sits in a ''' string: one more ''' or a backslash would change what Python reads. */
@@ -52,21 +57,31 @@ static void test_request(void) {
         ok(strstr(code, "hasattr(write, 'kernelsup_chunk')") != NULL, "a second run replaces the first patch");
 
         json_auto_t *small = chunking_request(4096);
-        ok(small && strstr(json_string_value(json_object_get(small, "code")), "patch(4096)\n"), "chunk size 4096");
+        ok(small && expression(small) && strstr(expression(small), "patch(4096)\n"), "chunk size 4096");
+}
+
+/* A reply whose user expression has status (and, for "error", ename and evalue). */
+static json_t *reply(const char *status, const char *ename, const char *evalue) {
+        json_t *e = ename ? json_pack("{s:s, s:s, s:s}", "status", status, "ename", ename, "evalue", evalue)
+                          : json_pack("{s:s}", "status", status);
+
+        return json_pack("{s:s, s:{s:o}}", "status", "ok", "user_expressions", CHUNKING_EXPRESSION, e);
 }
 
 static void test_result(void) {
-        json_auto_t *okc = json_pack("{s:s}", "status", "ok");
-        json_auto_t *err = json_pack("{s:s, s:s, s:s}", "status", "error", "ename", "RuntimeError", "evalue",
-                                     "sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream");
-        json_auto_t *lines = json_pack("{s:s, s:s, s:s}", "status", "error", "ename", "E", "evalue", "a\nb\tc\x1b[0m");
+        json_auto_t *okc = reply("ok", NULL, NULL);
+        json_auto_t *err =
+                reply("error", "RuntimeError", "sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream");
+        json_auto_t *lines = reply("error", "E", "a\nb\tc\x1b[0m");
         json_auto_t *aborted = json_pack("{s:s}", "status", "aborted");
+        json_auto_t *cell_error = json_pack("{s:s, s:s, s:s}", "status", "error", "ename", "E", "evalue", "v");
+        json_auto_t *no_expr = json_pack("{s:s, s:{}}", "status", "ok", "user_expressions");
         json_auto_t *bare = json_object();
         char *why = NULL, big[2000];
 
-        is_int(chunking_result(okc, &why), 1, "status ok: on");
+        is_int(chunking_result(okc, &why), 1, "reply and expression ok: on");
         ok(!why, "no reason when on");
-        is_int(chunking_result(err, &why), 0, "status error: off");
+        is_int(chunking_result(err, &why), 0, "the expression raised: off");
         is_str(why, "RuntimeError: sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream", "names the error");
         free(why);
         is_int(chunking_result(lines, &why), 0, "an error with control characters: off");
@@ -74,6 +89,12 @@ static void test_result(void) {
         free(why);
         is_int(chunking_result(aborted, &why), 0, "status aborted: off");
         is_str(why, "the kernel answered with status aborted", "says the status");
+        free(why);
+        is_int(chunking_result(cell_error, &why), 0, "the cell itself failed: off");
+        is_str(why, "the kernel answered with status error", "says so");
+        free(why);
+        is_int(chunking_result(no_expr, &why), 0, "ok without the expression's result: off");
+        is_str(why, "the kernel did not evaluate the patch (its user expression)", "says so");
         free(why);
         is_int(chunking_result(bare, &why), 0, "no status: off");
         is_str(why, "the kernel answered with status (none)", "says there was none");
@@ -83,7 +104,7 @@ static void test_result(void) {
         big[0] = '\0';
         for (size_t i = 0; i < 900; i++)
                 strcat(big, "\xc3\xa9");
-        json_auto_t *huge = json_pack("{s:s, s:s, s:s}", "status", "error", "ename", "E", "evalue", big);
+        json_auto_t *huge = reply("error", "E", big);
         is_int(chunking_result(huge, &why), 0, "a huge error: off");
         ok(why && strlen(why) <= 300 && strlen(why) >= 298, "clipped to 300 bytes (%zu)", why ? strlen(why) : 0);
         json_auto_t *valid = why ? json_string(why) : NULL;

@@ -452,6 +452,22 @@ static void test_states(void) {
         ok(RUN_UNTIL(d.done), "lost idles: ended after the settle time");
         is_int(d.status, EXEC_OK, "lost idles: EXEC_OK");
 
+        /* iopub behind shell (a flood read slower than it is written): the reply came, the idle is behind a
+         * backlog that keeps arriving, its own and an earlier cell's. The settle wait restarts while iopub
+         * moves, so no probe goes out and nothing of it is lost. */
+        since = n_sent;
+        ok(submit_started(q, "flood", &opt, &d, id), "backlog: started");
+        feed_reply(q, id, "ok");
+        for (int i = 0; i < 6; i++) {
+                run_for(EXEC_SETTLE_USEC / USEC_PER_MSEC / 2);
+                feed_stream(q, i % 2 ? id : "an-earlier-cell", "x");
+        }
+        ok(!d.done && !sent_since(since, "kernel_info_request"),
+           "backlog: 3 s of arriving messages after the reply, no probe, not ended");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "backlog: its idle ends it, EXEC_OK");
+        is_str(stext(d.outputs, "stdout"), "xxx", "backlog: all its output kept");
+
         /* An interrupt at the timeout lands after the code: idle, but no reply. */
         opt.timeout = 200 * USEC_PER_MSEC;
         interrupts = w.interrupts;
