@@ -96,6 +96,9 @@ extern const KernelConnCallbacks context_conn_callbacks;
 void context_set_state(Context *c, ContextStateKind to);
 /* A new kernel process (launched or adopted): not answered yet, output chunking not asked yet. */
 void context_readiness_reset(Context *c);
+/* The output chunking request is still unanswered (CHUNKING_WAIT_USEC passed, or start_timeout): the context
+ * turns ready without it. */
+void context_chunking_expired(Context *c);
 int context_save(Context *c);
 void context_send_kernel_info(Context *c);
 void context_info_timer_cb(uv_timer_t *t);

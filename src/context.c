@@ -166,15 +166,17 @@ static void chunking_on_reply(Context *c, const JupyterMsg *msg) {
                            c->st.kernel_id);
 }
 
-/* While starting: the chunking request went unanswered for too long. */
-static void chunking_check_wait(Context *c) {
+static void context_check_started(Context *c);
+
+void context_chunking_expired(Context *c) {
         char why[128], d[32];
 
-        if (c->chunking != CHUNKING_PENDING || now_usec(CLOCK_MONOTONIC) - c->chunking_sent < CHUNKING_WAIT_USEC)
+        if (c->chunking != CHUNKING_PENDING)
                 return;
         snprintf(why, sizeof why, "the kernel did not answer the request within %s",
-                 format_duration(d, sizeof d, CHUNKING_WAIT_USEC));
+                 format_duration(d, sizeof d, now_usec(CLOCK_MONOTONIC) - c->chunking_sent));
         chunking_off(c, why);
+        context_check_started(c);
 }
 
 static const char *chunking_to_string(ChunkingState s) {
@@ -409,8 +411,8 @@ void context_info_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
         if (c->state == CONTEXT_STARTING && c->conn && c->chunking == CHUNKING_PENDING) {
-                chunking_check_wait(c);
-                context_check_started(c);
+                if (now_usec(CLOCK_MONOTONIC) - c->chunking_sent >= CHUNKING_WAIT_USEC)
+                        context_chunking_expired(c);
         } else if (c->state == CONTEXT_STARTING && c->conn) {
                 /* Once the kernel has answered, only the iopub subscription is missing:
                  * each request makes it publish again. */

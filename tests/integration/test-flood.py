@@ -11,6 +11,7 @@ not twice."""
 
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -88,10 +89,22 @@ def texts(outputs, name):
     return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == name)
 
 
+def check_cut(tap, text, total, what):
+    """text is the stderr the caller got: the limit marker, then the cut. The cut is what the daemon
+    received past the head: all of it when it reads iopub as fast as the kernel writes; the kernel's
+    PUB socket drops what is queued past its high-water mark (1000 messages) for a slower reader,
+    so it may name less, never more, and never nothing."""
+    m = re.fullmatch(r"\n" + re.escape(TRUNCATED) + r"\n\[output truncated: (\d+) more bytes not kept\]\n", text)
+    cut = int(m.group(1)) if m else -1
+    tap.ok(0 < cut <= total - LIMIT, f"{what}: the outputs end with the limit marker and the cut "
+           f"(0 < {cut} <= {total - LIMIT})", text[-300:])
+    if cut != total - LIMIT:
+        tap.diag(f"{what}: the daemon saw {cut} of the {total - LIMIT} bytes past the head")
+
+
 def check_flood(tap, d, what, code, char, total):
     """code prints total bytes of char: each mode gets the head, the marker with the cut, [ok #N]."""
     head = char * LIMIT
-    cut = cut_marker(total - LIMIT)
     r = d.ctl("exec", "flood", code, timeout=1200)
     tap.eq(r.returncode, 0, f"{what}, plain: exit 0", r.stderr[-300:])
     last = r.stdout.rstrip("\n").split("\n")[-1]
@@ -99,15 +112,18 @@ def check_flood(tap, d, what, code, char, total):
     tap.ok(r.stdout.startswith(head) and r.stdout[LIMIT:] == "\n" + last + "\n",
            f"{what}, plain: stdout is exactly the first output_limit bytes of the flood, then [ok #N]",
            f"{len(r.stdout)} bytes, starts {r.stdout[:20]!r}, ends {r.stdout[-40:]!r}")
-    tap.eq(r.stderr, f"\n{TRUNCATED}\n{cut}\n", f"{what}, plain: stderr is the marker naming the cut")
+    check_cut(tap, r.stderr, total, f"{what}, plain")
 
     r = d.ctl("exec", "flood", code, "--json", timeout=1200)
-    j = last_json(r.stdout)
+    try:
+        j = json.loads(r.stdout)
+    except ValueError:
+        j = {}
     tap.eq((r.returncode, j.get("status")), (0, "ok"), f"{what}, --json: exit 0, status ok", r.stderr[-300:])
     outs = j.get("outputs", [])
     tap.ok(texts(outs, "stdout") == head, f"{what}, --json: stdout output is exactly the head",
            f"{len(texts(outs, 'stdout'))} bytes")
-    tap.eq(texts(outs, "stderr"), f"\n{TRUNCATED}\n{cut}\n", f"{what}, --json: the stderr output names the cut")
+    check_cut(tap, texts(outs, "stderr"), total, f"{what}, --json")
 
     r = d.ctl("exec", "flood", code, "--stream", timeout=1200)
     lines = r.stdout.rstrip("\n").split("\n")
@@ -121,7 +137,7 @@ def check_flood(tap, d, what, code, char, total):
             streamed.append({})
     tap.ok(texts(streamed, "stdout") == head, f"{what}, --stream: the streamed stdout is exactly the head",
            f"{len(texts(streamed, 'stdout'))} bytes in {len(streamed)} lines")
-    tap.eq(texts(streamed, "stderr"), f"\n{TRUNCATED}\n{cut}\n", f"{what}, --stream: streamed marker names the cut")
+    check_cut(tap, texts(streamed, "stderr"), total, f"{what}, --stream")
     tap.ok(texts(j.get("outputs", []), "stdout") == head, f"{what}, --stream: the final outputs hold the head")
 
     r = d.ctl("exec", "flood", "print('next')", timeout=120)
@@ -147,17 +163,16 @@ def test_floods(tap, d):
 
 
 def bare_kernel(d):
-    """A bare ipykernel (same command line as the contexts', no daemon): its connection file."""
+    """A bare ipykernel (same command line as the contexts', no daemon): its connection file and process."""
     from jupyter_client.connect import write_connection_file
     path = os.path.join(d.tmp, "bare.json")
     write_connection_file(path, ip="127.0.0.1", key=os.urandom(16).hex().encode())
     argv = harness.IPYKERNEL_ARGV.replace("{kernel_file}", path).split()
-    d.spawn_bystander(argv)
-    return path
+    return path, d.spawn_bystander(argv)
 
 
 def test_invisible(tap, d):
-    bare = bare_kernel(d)
+    bare, proc = bare_kernel(d)
     # jupyter_client gives up at once on a kernel whose heartbeat does not answer yet: ask until it is up.
     kc = harness.wait_until(lambda: harness.KernelClient(bare, timeout=5), 90, "the bare ipykernel to answer",
                          interval=0.5)
@@ -166,6 +181,8 @@ def test_invisible(tap, d):
         bare_chunk = kc.run(CHUNK, timeout=60)
     finally:
         kc.close()
+        proc.kill()
+        proc.wait()
     r = d.ctl("exec", "fresh", PROBE, timeout=60)
     tap.eq(r.stdout.rstrip("\n").split("\n")[-1], "[ok #1]", "the first cell after ready is #1: execution_count 0")
     tap.eq(r.stdout.split("\n")[0], want["stdout"].rstrip("\n"),
@@ -185,7 +202,7 @@ def test_invisible(tap, d):
     tap.contains(r.stderr, "TypeError: write() argument must be str, not <class 'int'>", "with ipykernel's message")
     r = d.ctl("exec", "fresh", "import sys\nfor i in range(3):\n    print('o', i)\n    print('e', i, file=sys.stderr)"
               "\nprint('x' * 3000000)", "--json", timeout=120)
-    outs = last_json(r.stdout).get("outputs", [])
+    outs = json.loads(r.stdout).get("outputs", []) if r.stdout.startswith("{") else []
     tap.eq((texts(outs, "stdout")[:12], texts(outs, "stderr")), ("o 0\no 1\no 2\n", "e 0\ne 1\ne 2\n"),
            "small writes on stdout and stderr arrive whole")
     tap.ok(texts(outs, "stdout")[12:] == "x" * 3000000 + "\n", "then the 3 MB line, whole")
@@ -218,7 +235,7 @@ def test_slow(tap, d):
     st = d.wait_context("slow", lambda c: c.get("state") == "ready", "slow to be ready", timeout=60)
     tap.contains(d.log(), "slow: output chunking is off for kernel", "a kernel that does not answer in 5 s: "
                  "ready without it, logged")
-    tap.contains(d.log(), "did not answer the request within 5s", "saying it did not answer")
+    tap.contains(d.log(), "the kernel did not answer the request within ", "saying it did not answer")
     d.wait_log("slow: output chunking is on for kernel", timeout=60)
     st = d.context("slow")
     tap.eq(st.get("output_chunking"), "on", "its late answer turns chunking on")

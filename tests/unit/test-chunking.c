@@ -42,28 +42,30 @@ static void test_request(void) {
         ok(json_is_false(json_object_get(req, "store_history")), "store_history false: In, Out, _ unchanged");
         ok(json_is_false(json_object_get(req, "allow_stdin")), "allow_stdin false");
         ok(json_is_false(json_object_get(req, "stop_on_error")), "stop_on_error false: a failure aborts nothing");
-        ok(strncmp(code, "exec(compile('''", 16) == 0, "the expression only calls exec: it binds no name");
-        ok(strstr(code, "{'__name__': 'kernelsup'})") != NULL, "run in a dictionary of its own");
+        ok(strncmp(code, "(lambda ns: exec(compile('''", 28) == 0, "the expression only calls exec: it binds no name");
+        ok(strstr(code, "ns['outcome'](1048576))({'__name__': 'kernelsup'})") != NULL,
+           "in a dictionary of its own, returning outcome()");
         ok(strstr(code, "'" CHUNKING_FILENAME "'") != NULL, "tracebacks name it");
         /* The patch sits in a ''' string: one more ''' or a backslash would change what Python reads. */
         open = strstr(code, "'''");
         close = open ? strstr(open + 3, "'''") : NULL;
         ok(open && close && !strstr(close + 3, "'''"), "exactly one ''' string");
         ok(!strchr(code, '\\'), "no backslash in the code");
-        snprintf(call, sizeof call, "patch(%zu)\n'''", CHUNKING_CHARS);
-        ok(close && strncmp(close - strlen(call) + 3, call, strlen(call)) == 0, "the string ends calling %s",
-           "patch(CHUNKING_CHARS)");
+        snprintf(call, sizeof call, "    return 'on'\n'''");
+        ok(close && strncmp(close - strlen(call) + 3, call, strlen(call)) == 0, "the string ends with outcome()");
         ok(strstr(code, "OutStream.write = chunked_write") != NULL, "it patches the class");
         ok(strstr(code, "hasattr(write, 'kernelsup_chunk')") != NULL, "a second run replaces the first patch");
 
         json_auto_t *small = chunking_request(4096);
-        ok(small && expression(small) && strstr(expression(small), "patch(4096)\n"), "chunk size 4096");
+        ok(small && expression(small) && strstr(expression(small), "ns['outcome'](4096))"), "chunk size 4096");
 }
 
-/* A reply whose user expression has status (and, for "error", ename and evalue). */
-static json_t *reply(const char *status, const char *ename, const char *evalue) {
-        json_t *e = ename ? json_pack("{s:s, s:s, s:s}", "status", status, "ename", ename, "evalue", evalue)
-                          : json_pack("{s:s}", "status", status);
+/* A reply whose user expression has status and, for "ok", the text outcome() returned, for "error" ename and
+ * evalue. */
+static json_t *reply(const char *status, const char *text, const char *evalue) {
+        json_t *e = evalue ? json_pack("{s:s, s:s, s:s}", "status", status, "ename", text, "evalue", evalue)
+                    : text ? json_pack("{s:s, s:{s:s}}", "status", status, "data", "text/plain", text)
+                           : json_pack("{s:s}", "status", status);
 
         return json_pack("{s:s, s:{s:o}}", "status", "ok", "user_expressions", CHUNKING_EXPRESSION, e);
 }
@@ -79,10 +81,19 @@ static void test_result(void) {
         json_auto_t *bare = json_object();
         char *why = NULL, big[2000];
 
-        is_int(chunking_result(okc, &why), 1, "reply and expression ok: on");
+        is_int(chunking_result(okc, &why), 1, "reply ok, outcome 'on': on");
         ok(!why, "no reason when on");
+        is_int(chunking_result(refused, &why), 0, "the patch refused: off");
+        is_str(why, "RuntimeError: sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream", "names why");
+        free(why);
+        is_int(chunking_result(dquoted, &why), 0, "a reason in double quotes: off");
+        is_str(why, "ImportError: No module named 'ipykernel'", "its quotes taken off");
+        free(why);
+        is_int(chunking_result(unquoted, &why), 0, "an outcome that is no string: off");
+        is_str(why, "the kernel did not evaluate the patch (its user expression)", "says so");
+        free(why);
         is_int(chunking_result(err, &why), 0, "the expression raised: off");
-        is_str(why, "RuntimeError: sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream", "names the error");
+        is_str(why, "SyntaxError: invalid syntax", "names the error");
         free(why);
         is_int(chunking_result(lines, &why), 0, "an error with control characters: off");
         is_str(why, "E: a b c [0m", "control characters become blanks (one log line)");
