@@ -71,10 +71,13 @@ static json_t *reply(const char *status, const char *text, const char *evalue) {
 }
 
 static void test_result(void) {
-        json_auto_t *okc = reply("ok", NULL, NULL);
-        json_auto_t *err =
-                reply("error", "RuntimeError", "sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream");
-        json_auto_t *lines = reply("error", "E", "a\nb\tc\x1b[0m");
+        json_auto_t *okc = reply("ok", "'on'", NULL);
+        json_auto_t *refused =
+                reply("ok", "'RuntimeError: sys.stdout is a io.StringIO, not ipykernel.iostream.OutStream'", NULL);
+        json_auto_t *dquoted = reply("ok", "\"ImportError: No module named 'ipykernel'\"", NULL);
+        json_auto_t *unquoted = reply("ok", "None", NULL);
+        json_auto_t *err = reply("error", "SyntaxError", "invalid syntax");
+        json_auto_t *lines = reply("ok", "'E: a\nb\tc\x1b[0m'", NULL);
         json_auto_t *aborted = json_pack("{s:s}", "status", "aborted");
         json_auto_t *cell_error = json_pack("{s:s, s:s, s:s}", "status", "error", "ename", "E", "evalue", "v");
         json_auto_t *no_expr = json_pack("{s:s, s:{}}", "status", "ok", "user_expressions");
