@@ -129,13 +129,9 @@ def test_flood_client(tap, d):
 def test_flood_client_chunked(tap, d):
     """The same client flood on a kernel with output chunking (test-flood.py): no message over the
     bound, so nothing is dropped; the daemon reads every 1 MiB piece and stays bounded."""
-    path = d.context("flood")["connection_file"]
     mark = d.log_mark()
-    kc = harness.KernelClient(path, timeout=60)
-    try:
-        res = kc.run("import sys; n = sys.stdout.write('c' * (100 << 20))", timeout=300)
-    finally:
-        kc.close()
+    res = harness.run_cell(d.context("flood")["connection_file"], "import sys; n = sys.stdout.write('c' * (100 << 20))",
+                           timeout=300)
     tap.eq((res["status"], len(res["stdout"])), ("ok", 100 * MiB),
            "chunked: 100 MiB in one write by a jupyter_client, all of it received")
     check_bound(tap, d, "100 MiB in one write through a jupyter_client, chunked")
