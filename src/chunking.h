@@ -8,8 +8,8 @@
  * ipykernel's OutStream class (not an instance, not the user namespace) so
  * that write() hands a long string over in pieces of at most `chunk`
  * characters and flushes whenever the stream's buffer holds `chunk`
- * characters, waiting for the IO thread to take it (which also bounds the
- * kernel's own memory). write() keeps its return value and errors.
+ * characters, waiting for the IO thread to take it (so a flood does not
+ * pile up in the IO thread's queue). write() keeps its return value and errors.
  *
  * Pure: builds the request and reads its reply; the context sends it. */
 #pragma once
