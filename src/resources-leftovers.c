@@ -17,6 +17,9 @@
 #include "resources.h"
 #include "util.h"
 
+/* Between two rounds of an ending that goes on in the loop. */
+#define LEFTOVER_ROUND_MSEC 1
+
 /* The state letter, parent and process group of pid from /proc/PID/stat; -ESRCH when it is gone. Without
  * allocating: it runs in a tight loop (see children_kill()). */
 static int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, pid_t *ret_pgid) {
@@ -81,21 +84,6 @@ static int group_write(const char *dir, const char *file, const char *value) {
 }
 
 /* v1 freezer: frozen, nothing in the cgroup can fork while each process is killed; thawed, they die. */
-static void group_freeze_kill(const char *dir, usec_t deadline) {
-        if (group_write(dir, "freezer.state", "FROZEN") >= 0)
-                for (;;) {
-                        char path[4300];
-                        _cleanup_free_ char *st = NULL;
-                        snprintf(path, sizeof path, "%s/freezer.state", dir);
-                        if (read_file(path, 64, &st, NULL) < 0 || strncmp(st, "FROZEN", 6) == 0 ||
-                            now_usec(CLOCK_MONOTONIC) >= deadline)
-                                break;
-                        (void) usleep(1000);
-                }
-        (void) group_procs(dir, true);
-        (void) group_write(dir, "freezer.state", "THAWED");
-}
-
 /* Whether pid descends from ancestor (through at most 64 parents). */
 static bool descends_from(pid_t pid, pid_t ancestor) {
         for (int depth = 0; depth < 64 && pid > 0; depth++) {
@@ -251,49 +239,172 @@ static int children_kill(const char *tag, Leftovers *lo) {
         return r < 0 ? r : n;
 }
 
-/* Without a cgroup, as subreaper: rounds of looking (our children, then every descendant) and killing, until
- * three rounds in a row find nothing and no recorded group has a member left. */
-static int leftovers_end(const char *tag, usec_t deadline) {
-        Leftovers lo = {};
-        unsigned quiet = 0;
+/* One ending in progress: the state of its rounds. A copy of what it needs from the Limits, which the caller
+ * releases meanwhile. */
+struct LeftoverEnd {
+        GroupKill kill;
+        char *group; /* NULL: no cgroup of its own, the subreaper's search for tag */
+        char *tag;
+        usec_t deadline;
+        enum { PHASE_BEGIN, PHASE_FREEZING, PHASE_KILLING } phase;
+        int n; /* processes found in the group at the start */
+        Leftovers lo;
+        unsigned quiet;
 
-        for (;;) {
-                int found = children_kill(tag, &lo);
-                if (found <= 0)
-                        found = descendants_kill(tag, &lo);
-                if (leftover_groups_kill(&lo) > 0 || found > 0)
-                        quiet = 0;
-                else if (++quiet >= 3)
-                        return (int) lo.n_pids;
-                if (now_usec(CLOCK_MONOTONIC) >= deadline)
-                        return -ETIMEDOUT;
-                if (found <= 0)
-                        (void) usleep(200);
+        uv_timer_t *timer; /* NULL when synchronous */
+        LeftoverEndDone done;
+        void *userdata;
+};
+
+/* Without a cgroup, as subreaper: one round of looking (our children, then every descendant) and killing.
+ * Done once three rounds in a row find nothing and no recorded group has a member left. */
+static int subreaper_round(LeftoverEnd *e) {
+        int found = children_kill(e->tag, &e->lo);
+
+        if (found <= 0)
+                found = descendants_kill(e->tag, &e->lo);
+        if (leftover_groups_kill(&e->lo) > 0 || found > 0)
+                e->quiet = 0;
+        else if (++e->quiet >= 3)
+                return (int) e->lo.n_pids;
+        return -EAGAIN;
+}
+
+static bool frozen(const char *dir) {
+        _cleanup_free_ char *st = NULL, *path = strjoin(dir, "/freezer.state");
+
+        return !path || read_file(path, 64, &st, NULL) < 0 || strncmp(st, "FROZEN", 6) == 0;
+}
+
+/* With a cgroup: count and kill (cgroup.kill, or freeze then kill each, or kill each), then each round kills
+ * again what is left until nothing is. */
+static int group_round(LeftoverEnd *e) {
+        int r;
+
+        switch (e->phase) {
+        case PHASE_BEGIN:
+                e->n = group_procs(e->group, false);
+                if (e->n <= 0)
+                        return e->n == -ENOENT ? 0 : e->n; /* ENOENT: its scope is gone with its last process */
+                if (e->kill == GROUP_KILL_FREEZE && group_write(e->group, "freezer.state", "FROZEN") >= 0) {
+                        e->phase = PHASE_FREEZING;
+                        return -EAGAIN;
+                }
+                if (e->kill != GROUP_KILL_V2 || group_write(e->group, "cgroup.kill", "1") < 0)
+                        (void) group_procs(e->group, true);
+                e->phase = PHASE_KILLING;
+                return -EAGAIN;
+        case PHASE_FREEZING:
+                if (!frozen(e->group) && now_usec(CLOCK_MONOTONIC) < e->deadline)
+                        return -EAGAIN;
+                (void) group_procs(e->group, true);
+                (void) group_write(e->group, "freezer.state", "THAWED");
+                e->phase = PHASE_KILLING;
+                return -EAGAIN;
+        case PHASE_KILLING:
+        default:
+                r = group_procs(e->group, true);
+                return r <= 0 ? e->n : -EAGAIN;
         }
 }
 
-int resources_end_group(const Limits *l, const char *tag, usec_t timeout) {
-        usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
-        int n, r;
+/* How many processes it ended when done, -EAGAIN while some are left, -ETIMEDOUT past the deadline. */
+static int leftover_step(LeftoverEnd *e) {
+        int r = e->group ? group_round(e) : subreaper_round(e);
 
-        if (!l->group)
-                return leftovers_end(tag, deadline);
-        n = group_procs(l->group, false);
-        if (n <= 0)
-                return n == -ENOENT ? 0 : n; /* ENOENT: its scope is gone with its last process */
-        if (l->kill == GROUP_KILL_FREEZE)
-                group_freeze_kill(l->group, deadline);
-        else if (l->kill != GROUP_KILL_V2 || group_write(l->group, "cgroup.kill", "1") < 0)
-                (void) group_procs(l->group, true);
-        /* Until they are gone, each round kills again what is left. */
-        for (;;) {
-                r = group_procs(l->group, true);
-                if (r <= 0)
-                        return n;
-                if (now_usec(CLOCK_MONOTONIC) >= deadline)
-                        return -ETIMEDOUT;
-                (void) usleep(200);
+        if (r == -EAGAIN && now_usec(CLOCK_MONOTONIC) >= e->deadline)
+                return -ETIMEDOUT;
+        return r;
+}
+
+static LeftoverEnd *leftover_end_free(LeftoverEnd *e) {
+        if (e) {
+                free(e->group);
+                free(e->tag);
+                free(e);
         }
+        return NULL;
+}
+static void leftover_end_freep(LeftoverEnd **e) {
+        leftover_end_free(*e);
+}
+
+static int leftover_end_new(const Limits *l, const char *tag, usec_t timeout, LeftoverEnd **ret) {
+        _cleanup_(leftover_end_freep) LeftoverEnd *e = calloc(1, sizeof *e);
+
+        if (!e)
+                return -ENOMEM;
+        e->kill = l->kill;
+        e->group = l->group ? strdup(l->group) : NULL;
+        e->tag = strdup(tag);
+        if ((l->group && !e->group) || !e->tag)
+                return -ENOMEM;
+        e->deadline = now_usec(CLOCK_MONOTONIC) + timeout;
+        *ret = TAKE_PTR(e);
+        return 0;
+}
+
+int resources_end_group(const Limits *l, const char *tag, usec_t timeout) {
+        _cleanup_(leftover_end_freep) LeftoverEnd *e = NULL;
+        int r = leftover_end_new(l, tag, timeout, &e);
+
+        if (r < 0)
+                return r;
+        while ((r = leftover_step(e)) == -EAGAIN)
+                (void) usleep(200);
+        return r;
+}
+
+static void timer_close_cb(uv_handle_t *h) {
+        free(h);
+}
+
+static void end_finish(LeftoverEnd *e, int r) {
+        LeftoverEndDone done = e->done;
+        void *userdata = e->userdata;
+        GroupKill kill = e->kill;
+        _cleanup_free_ char *group = TAKE_PTR(e->group);
+
+        resources_end_group_cancel(e);
+        done(r, kill, group, userdata);
+}
+
+static void end_timer_cb(uv_timer_t *t) {
+        LeftoverEnd *e = t->data;
+        int r = leftover_step(e);
+
+        if (r != -EAGAIN)
+                end_finish(e, r);
+}
+
+int resources_end_group_start(uv_loop_t *loop, const Limits *l, const char *tag, usec_t timeout, LeftoverEndDone done,
+                              void *userdata, LeftoverEnd **ret) {
+        _cleanup_(leftover_end_freep) LeftoverEnd *e = NULL;
+        int r = leftover_end_new(l, tag, timeout, &e);
+
+        if (r < 0)
+                return r;
+        r = leftover_step(e);
+        if (r != -EAGAIN)
+                return r;
+        e->timer = malloc(sizeof *e->timer);
+        if (!e->timer)
+                return -ENOMEM;
+        (void) uv_timer_init(loop, e->timer);
+        e->timer->data = e;
+        (void) uv_timer_start(e->timer, end_timer_cb, LEFTOVER_ROUND_MSEC, LEFTOVER_ROUND_MSEC);
+        e->done = done;
+        e->userdata = userdata;
+        *ret = TAKE_PTR(e);
+        return -EINPROGRESS;
+}
+
+void resources_end_group_cancel(LeftoverEnd *e) {
+        if (!e)
+                return;
+        if (e->timer)
+                uv_close((uv_handle_t *) e->timer, timer_close_cb);
+        leftover_end_free(e);
 }
 
 /* Opens the OOM counter of pid's memory cgroup and, on v1, asks for an eventfd at each OOM there. */
