@@ -1106,9 +1106,12 @@ json_t *context_to_json(const Context *c) {
         Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
         const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
         const char *chunking = running ? chunking_to_string(c->chunking) : NULL;
+        /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
+        const char *cell = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL;
+        json_t *j;
 
-        return json_pack(
-                "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o, s:o}", "name",
+        j = json_pack(
+                "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
                 c->name, "state", context_state_to_string(c->state), "pid",
                 running ? json_integer(c->pid) : json_null(), "kernel_id",
                 c->st.kernel_id[0] ? json_string(c->st.kernel_id) : json_null(), "incarnation",
@@ -1119,6 +1122,11 @@ json_t *context_to_json(const Context *c) {
                 context_last_error(c) ? json_string(context_last_error(c)) : json_null(), "execution_count",
                 count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity), "queued",
                 (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits), "transport",
-                transport_to_string(transport), "transport_note", note ? json_string(note) : json_null(),
-                "output_chunking", chunking ? json_string(chunking) : json_null());
+                transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
+        if (j && (json_object_set_new(j, "running", cell ? json_string(cell) : json_null()) < 0 ||
+                  json_object_set_new(j, "output_chunking", chunking ? json_string(chunking) : json_null()) < 0)) {
+                json_decref(j);
+                return NULL;
+        }
+        return j;
 }

@@ -17,6 +17,9 @@
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
 #define ABORTED_RETRIES 3
+/* How many of our own latest request ids the queue remembers, to tell our
+ * requests from other clients' in iopub status messages. */
+#define OWN_IDS 8
 
 struct ExecQueue {
         uv_loop_t *loop;
@@ -39,6 +42,13 @@ struct ExecQueue {
                 bool got_reply, got_idle;
                 bool auto_interrupted; /* by timeout or cancel: at most once */
                 bool in_grace;         /* timed out, interrupted, waiting for the reply */
+                /* iopub showed its execute_input or an output, or its reply came:
+                 * the kernel runs (or ran) it, so only now may it be interrupted. */
+                bool started;
+                /* Answered EXEC_NOT_STARTED (or cancelled) before it started and
+                 * withdrawn with an abort_request: should it start all the same,
+                 * it is interrupted at once. */
+                bool withdrawn;
                 /* A kernel_info_request sent behind the request: its reply
                  * says the kernel has left the request ("" when none). */
                 char probe_id[37];
@@ -57,6 +67,24 @@ struct ExecQueue {
         bool iopub_ready;
         char hs_msg_id[37];
 
+        /* What the kernel is busy with, from iopub status messages of every
+         * client: the shell request between its busy and its idle ("" when
+         * idle). Requests only a control channel takes are left out: they do
+         * not hold the shell, and their idle says nothing about it. */
+        struct {
+                char *msg_id;      /* another client's ids may be long; NULL when idle */
+                char msg_type[32]; /* of that request: only execute_request is a cell */
+                bool ours;
+                unsigned seq; /* +1 at each busy */
+                /* A kernel_info_request sent behind another client's request
+                 * that our cells wait for: its reply says the kernel left
+                 * that request (seq gate_seq), should its idle be lost. */
+                char gate_id[37];
+                unsigned gate_seq;
+        } kernel;
+        char own_ids[OWN_IDS][37]; /* our latest requests, a ring */
+        unsigned n_own;
+
         uv_timer_t timer;      /* the running cell's timeout, then its interrupt grace */
         uv_timer_t hs_timer;   /* the iopub handshake's resend */
         uv_timer_t settle;     /* a lone reply or idle, then the probe's idle (EXEC_SETTLE_USEC) */
@@ -70,7 +98,7 @@ struct ExecQueue {
 
 static const char *const status_names[_EXEC_STATUS_MAX] = {
         [EXEC_OK] = "ok",     [EXEC_ERROR] = "error",     [EXEC_TIMEOUT] = "timeout",
-        [EXEC_DIED] = "died", [EXEC_ABORTED] = "aborted",
+        [EXEC_DIED] = "died", [EXEC_ABORTED] = "aborted", [EXEC_NOT_STARTED] = "not_started",
 };
 
 const char *exec_status_to_string(ExecStatus s) {
@@ -143,6 +171,7 @@ static void run_clear(ExecQueue *q) {
         q->run.cell = NULL;
         q->run.got_reply = q->run.got_idle = false;
         q->run.auto_interrupted = q->run.in_grace = false;
+        q->run.started = q->run.withdrawn = false;
         q->run.probe_id[0] = '\0';
         q->run.probe_replied = q->run.probe_idle = false;
         q->run.drop_pending = 0;
@@ -155,10 +184,22 @@ static bool run_taken(const ExecQueue *q) {
         return q->run.msg_id[0] != '\0';
 }
 
+/* Every request of ours goes out here, and its id is remembered: iopub
+ * status messages are told apart by it. */
 static int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+        char id[37];
+        int r;
+
         if (q->hooks.send)
-                return q->hooks.send(q->userdata, channel, msg_type, content, ret_msg_id);
-        return kernel_conn_send(q->conn, channel, msg_type, content, ret_msg_id);
+                r = q->hooks.send(q->userdata, channel, msg_type, content, id);
+        else
+                r = kernel_conn_send(q->conn, channel, msg_type, content, id);
+        if (r < 0)
+                return r;
+        memcpy(q->own_ids[q->n_own++ % OWN_IDS], id, sizeof id);
+        if (ret_msg_id)
+                memcpy(ret_msg_id, id, sizeof id);
+        return r;
 }
 
 static void settle_start(ExecQueue *q) {
@@ -221,13 +262,16 @@ static void settle_cb(uv_timer_t *t) {
                 run_probe(q);
 }
 
-/* Nothing left to run: the context is no longer busy. */
-static void queue_maybe_idle(ExecQueue *q) {
-        if (q->busy && !run_taken(q) && !q->head) {
-                q->busy = false;
-                if (q->hooks.busy)
-                        q->hooks.busy(q->userdata, false);
-        }
+/* Tells the context when the kernel starts or stops running a cell, ours
+ * or another client's (exec_queue_busy). */
+static void queue_update_busy(ExecQueue *q) {
+        bool busy = q->conn && exec_queue_busy(q);
+
+        if (busy == q->busy)
+                return;
+        q->busy = busy;
+        if (q->hooks.busy)
+                q->hooks.busy(q->userdata, busy);
 }
 
 static void auto_interrupt(ExecQueue *q) {
@@ -240,6 +284,47 @@ static void auto_interrupt(ExecQueue *q) {
         run_probe(q);
 }
 
+/* Our cell was sent, but the kernel has not started it: another client's
+ * request reached the shell first and runs. It is taken back without
+ * interrupting anything: ipykernel answers an execute_request named in an
+ * abort_request "aborted" without running it; the slot stays taken until
+ * the kernel gets to it, and should it start all the same, it is
+ * interrupted then (run_mark_started). */
+static void run_withdraw(ExecQueue *q) {
+        json_t *content = json_pack("{s:[s]}", "msg_ids", q->run.msg_id);
+
+        q->run.cell = NULL;
+        q->run.in_grace = false;
+        q->run.withdrawn = true;
+        (void) uv_timer_stop(&q->timer);
+        if (content)
+                (void) queue_send(q, CHANNEL_CONTROL, "abort_request", content, NULL);
+}
+
+/* The kernel started our request (execute_input, an output or a reply). */
+static void run_mark_started(ExecQueue *q) {
+        if (q->run.started)
+                return;
+        q->run.started = true;
+        if (q->run.withdrawn)
+                auto_interrupt(q); /* ours, and its caller was told it would not run */
+}
+
+static bool kernel_busy_other(const ExecQueue *q) {
+        return q->kernel.msg_id && !q->kernel.ours;
+}
+
+/* A cell answered EXEC_NOT_STARTED: it never ran, nothing was interrupted. */
+static void answer_not_started(ExecQueue *q, ExecCell *cell, const char *why) {
+        char d[32], msg[320], note[360];
+
+        snprintf(msg, sizeof msg, "the cell did not start within its timeout of %s: %s",
+                 format_duration(d, sizeof d, cell->opt.timeout), why);
+        snprintf(note, sizeof note, "[not started: %s]\n", msg);
+        cell_note(cell, note);
+        answer(cell, EXEC_NOT_STARTED, q->conn ? q->kernel_id : NULL, msg);
+}
+
 static void timer_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
         ExecCell *cell = q->run.cell;
@@ -247,6 +332,17 @@ static void timer_cb(uv_timer_t *t) {
 
         if (!cell)
                 return;
+        if (!q->run.started) {
+                run_withdraw(q);
+                answer_not_started(q, cell,
+                                   kernel_busy_other(q) ? "another client's request reached the kernel first and was "
+                                                          "still running; the cell was withdrawn and will not run"
+                                                        : "the kernel had not started it (another client's request "
+                                                          "may have reached it first); the cell was withdrawn and "
+                                                          "will not run");
+                queue_update_busy(q);
+                return;
+        }
         if (!q->run.in_grace) {
                 cell->timed_out = true;
                 q->run.in_grace = true;
@@ -292,16 +388,33 @@ static int queue_start(ExecQueue *q, ExecCell *cell) {
 
                 (void) uv_timer_start(&q->timer, timer_cb, (left + USEC_PER_MSEC - 1) / USEC_PER_MSEC, 0);
         }
-        if (!q->busy) {
-                q->busy = true;
-                if (q->hooks.busy)
-                        q->hooks.busy(q->userdata, true);
-        }
+        queue_update_busy(q);
         return 0;
 }
 
+/* Our cells wait for another client's request: ask the kernel, behind it on
+ * shell (handled in order), to say when it has left it, should its idle be
+ * lost (a dropped iopub, a request a kernel ends without one). Once per
+ * such request. */
+static void kernel_gate(ExecQueue *q) {
+        char id[37];
+
+        if (q->kernel.gate_id[0] && q->kernel.gate_seq == q->kernel.seq)
+                return;
+        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), id) < 0)
+                return;
+        memcpy(q->kernel.gate_id, id, sizeof id);
+        q->kernel.gate_seq = q->kernel.seq;
+}
+
+/* Our next cell waits for another client's request alone: gate it. */
+static void queue_gate(ExecQueue *q) {
+        if (q->head && q->conn && q->iopub_ready && !run_taken(q) && !q->died && kernel_busy_other(q))
+                kernel_gate(q);
+}
+
 static bool queue_can_start(const ExecQueue *q) {
-        return q->conn && q->iopub_ready && !run_taken(q) && !q->died;
+        return q->conn && q->iopub_ready && !run_taken(q) && !q->died && !kernel_busy_other(q);
 }
 
 static void queue_advance(ExecQueue *q) {
@@ -317,7 +430,8 @@ static void queue_advance(ExecQueue *q) {
                 snprintf(msg, sizeof msg, "the cell could not be sent to the kernel: %s", strerror(-r));
                 answer(cell, EXEC_ABORTED, q->kernel_id, msg);
         }
-        queue_maybe_idle(q);
+        queue_gate(q);
+        queue_update_busy(q);
 }
 
 /* The kernel is done with the running request (reply and idle both came). */
@@ -356,6 +470,97 @@ static void run_finish(ExecQueue *q) {
         queue_advance(q);
 }
 
+/* ---- What the kernel is busy with ---- */
+
+static void kernel_clear(ExecQueue *q) {
+        free(q->kernel.msg_id);
+        q->kernel.msg_id = NULL;
+        q->kernel.msg_type[0] = '\0';
+        q->kernel.ours = false;
+}
+
+/* A request of ours the queue still waits on. */
+static bool id_is_live(const ExecQueue *q, const char *id) {
+        return *id && (streq(id, q->run.msg_id) || streq(id, q->run.probe_id) || streq(id, q->hs_msg_id) ||
+                       streq(id, q->kernel.gate_id));
+}
+
+static bool id_is_own(const ExecQueue *q, const char *id) {
+        if (id_is_live(q, id))
+                return true;
+        for (size_t i = 0; i < OWN_IDS; i++)
+                if (streq(id, q->own_ids[i]))
+                        return true;
+        return false;
+}
+
+/* Requests a kernel takes on control only: they run beside the shell (so
+ * they hold nothing up), and their idle says nothing about the shell's
+ * request. */
+static bool type_is_control(const char *type) {
+        static const char *const types[] = { "interrupt_request", "shutdown_request", "debug_request",
+                                             "abort_request",     "clear_request",    "usage_request" };
+
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                if (streq(type, types[i]))
+                        return true;
+        return false;
+}
+
+/* An iopub message of any client: status busy/idle says which request the
+ * kernel is on, execute_input the kernel's execution count. */
+static void kernel_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg) {
+        const char *parent = jupyter_msg_parent_id(msg);
+        const char *state = json_string_value(json_object_get(msg->content, "execution_state")) ?: "";
+        const char *ptype = json_string_value(json_object_get(msg->parent_header, "msg_type")) ?: "";
+        char *id;
+
+        if (streq(type, "execute_input")) {
+                json_t *count = json_object_get(msg->content, "execution_count");
+
+                if (json_is_integer(count))
+                        q->execution_count = json_integer_value(count);
+                return;
+        }
+        if (!streq(type, "status"))
+                return;
+        if (streq(state, "idle") && q->kernel.msg_id && streq(parent, q->kernel.msg_id)) {
+                kernel_clear(q);
+                return;
+        }
+        if (!streq(state, "busy") || !*parent || type_is_control(ptype))
+                return;
+        /* A late busy of a request of ours already answered (iopub lags shell; an
+         * execute_request ipykernel aborts unrun gets no idle after it). */
+        if (id_is_own(q, parent) && !id_is_live(q, parent))
+                return;
+        id = strdup(parent);
+        if (!id)
+                return; /* as if lost: the gate's round trip or a deadline gets the queue out */
+        free(q->kernel.msg_id);
+        q->kernel.msg_id = id;
+        snprintf(q->kernel.msg_type, sizeof q->kernel.msg_type, "%s", ptype);
+        q->kernel.ours = id_is_own(q, parent);
+        q->kernel.seq++;
+        /* Another client's cell: a round trip behind it says when it is over,
+         * should its idle never come (a dropped iopub, a request ipykernel
+         * aborts unrun), so that status never stays busy for an idle kernel. */
+        if (!q->kernel.ours && streq(ptype, "execute_request"))
+                kernel_gate(q);
+}
+
+/* The reply to a request: the kernel has left it (a request ipykernel
+ * answers "aborted" on its own gets no idle at all). */
+static void kernel_on_reply(ExecQueue *q, const char *parent) {
+        if (q->kernel.gate_id[0] && streq(parent, q->kernel.gate_id)) {
+                q->kernel.gate_id[0] = '\0';
+                /* Shell requests are served in order: the request our cells waited for is over. */
+                if (kernel_busy_other(q) && q->kernel.seq == q->kernel.gate_seq)
+                        kernel_clear(q);
+        } else if (q->kernel.msg_id && streq(parent, q->kernel.msg_id))
+                kernel_clear(q);
+}
+
 /* ---- Kernel attach/detach ---- */
 
 static void handshake_send(ExecQueue *q) {
@@ -387,6 +592,8 @@ void exec_queue_detach(ExecQueue *q, const char *why) {
                 q->died_why = why ? strdup(why) : NULL;
         }
         run_clear(q);
+        kernel_clear(q);
+        q->kernel.gate_id[0] = '\0';
         q->busy = false;
 }
 
@@ -425,6 +632,8 @@ void exec_queue_attach(ExecQueue *q, KernelConn *conn, const char *kernel_id) {
         q->kernel_id = id;
         q->conn = conn;
         q->iopub_ready = false;
+        kernel_clear(q);
+        q->kernel.gate_id[0] = '\0';
         handshake_send(q);
         (void) uv_timer_start(&q->hs_timer, hs_timer_cb, HANDSHAKE_RESEND_MSEC, HANDSHAKE_RESEND_MSEC);
 
@@ -463,11 +672,13 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
         if (!q || !msg || !q->conn || channel != CHANNEL_SHELL)
                 return;
         parent = jupyter_msg_parent_id(msg);
+        kernel_on_reply(q, parent);
 
         if (q->hs_msg_id[0] && streq(parent, q->hs_msg_id)) {
                 /* Each round makes the kernel publish busy/idle; go on until iopub hears one. */
                 if (!q->iopub_ready)
                         handshake_send(q);
+                queue_advance(q);
                 return;
         }
         if (run_taken(q))
@@ -477,8 +688,10 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                 run_check(q);
                 return;
         }
-        if (!run_taken(q) || !streq(parent, q->run.msg_id) || !streq(jupyter_msg_type(msg), "execute_reply"))
+        if (!run_taken(q) || !streq(parent, q->run.msg_id) || !streq(jupyter_msg_type(msg), "execute_reply")) {
+                queue_advance(q); /* the gate's reply may have freed the kernel */
                 return;
+        }
 
         touch(q);
         status = json_string_value(json_object_get(msg->content, "status")) ?: "error";
@@ -513,6 +726,13 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                 cell->reply_status = strdup(status);
         }
         q->run.got_reply = true;
+        if (!streq(status, "aborted"))
+                q->run.started = true;
+        else if (!cell) {
+                /* Withdrawn and aborted unrun: ipykernel sends no idle after such a reply. */
+                run_finish(q);
+                return;
+        }
         run_check(q);
 }
 
@@ -521,22 +741,12 @@ static bool msg_is_idle(const char *type, const JupyterMsg *msg) {
                streq(json_string_value(json_object_get(msg->content, "execution_state")) ?: "", "idle");
 }
 
-void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
-        const char *type;
+/* An iopub message about our running request. */
+static void run_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg) {
         ExecCell *cell;
 
-        if (!q || !msg || !q->conn)
-                return;
-        if (!q->iopub_ready) {
-                q->iopub_ready = true;
-                (void) uv_timer_stop(&q->hs_timer);
-                queue_advance(q);
-        }
-        if (!run_taken(q))
-                return;
         q->run.iopub_moved = true;
         run_mark_drop(q);
-        type = jupyter_msg_type(msg);
         if (q->run.probe_id[0] && streq(jupyter_msg_parent_id(msg), q->run.probe_id)) {
                 if (msg_is_idle(type, msg)) {
                         q->run.probe_idle = true;
@@ -547,7 +757,6 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
         if (!streq(jupyter_msg_parent_id(msg), q->run.msg_id))
                 return;
 
-        cell = q->run.cell;
         if (streq(type, "status")) {
                 if (msg_is_idle(type, msg)) {
                         q->run.got_idle = true;
@@ -555,18 +764,17 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
                 }
                 return;
         }
+        run_mark_started(q);
+        cell = q->run.cell; /* NULL now if it was withdrawn */
         if (streq(type, "execute_input")) {
                 json_t *count = json_object_get(msg->content, "execution_count");
 
-                if (json_is_integer(count)) {
-                        q->execution_count = json_integer_value(count);
-                        if (cell)
-                                cell->execution_count = json_integer_value(count);
-                }
+                if (json_is_integer(count) && cell)
+                        cell->execution_count = json_integer_value(count);
                 return;
         }
         if (!cell)
-                return; /* abandoned or cancelled: discarded */
+                return; /* abandoned, cancelled or withdrawn: discarded */
 
         touch(q);
         if (streq(type, "stream"))
@@ -579,8 +787,33 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
                 cell_on_clear(cell, msg->content);
 }
 
+void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
+        const char *type;
+
+        if (!q || !msg || !q->conn)
+                return;
+        type = jupyter_msg_type(msg);
+        kernel_on_iopub(q, type, msg);
+        if (!q->iopub_ready) {
+                q->iopub_ready = true;
+                (void) uv_timer_stop(&q->hs_timer);
+        }
+        if (run_taken(q))
+                run_on_iopub(q, type, msg);
+        /* The kernel may have left another client's request, or our own. */
+        queue_advance(q);
+}
+
 void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message) {
-        if (!q || !q->conn || !run_taken(q) || (channel != CHANNEL_IOPUB && channel != CHANNEL_SHELL))
+        if (!q || !q->conn || (channel != CHANNEL_IOPUB && channel != CHANNEL_SHELL))
+                return;
+        /* The idle of another client's request may be lost (iopub), or the
+         * gate's reply that stands in for it (shell): ask, or ask again. */
+        if (channel == CHANNEL_SHELL)
+                q->kernel.gate_id[0] = '\0';
+        if (kernel_busy_other(q))
+                kernel_gate(q);
+        if (!run_taken(q))
                 return;
         if (channel == CHANNEL_IOPUB)
                 q->run.drop_pending = max_message;
@@ -639,16 +872,13 @@ static ExecCell *queue_first_expired(ExecQueue *q, usec_t now) {
 static void wait_timer_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
         ExecCell *cell;
-        char d[32], msg[256], note[300];
 
         while ((cell = queue_first_expired(q, now_usec(CLOCK_MONOTONIC)))) {
                 queue_unlink(q, cell);
-                snprintf(msg, sizeof msg, "the cell did not start within its timeout of %s: %s",
-                         format_duration(d, sizeof d, cell->opt.timeout),
-                         q->conn ? "the kernel was busy with an earlier cell" : "the context had no kernel ready");
-                snprintf(note, sizeof note, "[not run: %s]\n", msg);
-                cell_note(cell, note);
-                answer(cell, EXEC_TIMEOUT, q->conn ? q->kernel_id : NULL, msg);
+                answer_not_started(q, cell,
+                                   !q->conn               ? "the context had no kernel ready"
+                                   : kernel_busy_other(q) ? "the kernel was busy with another client's request"
+                                                          : "the kernel was busy with an earlier cell");
         }
         queue_arm_wait(q);
 }
@@ -689,6 +919,7 @@ static void queue_handle_closed(uv_handle_t *h) {
 
         if (--q->n_open_handles == 0) {
                 free(q->kernel_id);
+                free(q->kernel.msg_id);
                 free(q->died_why);
                 free(q);
         }
@@ -756,6 +987,7 @@ int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, co
         } else {
                 queue_append(q, cell);
                 queue_arm_wait(q);
+                queue_gate(q);
         }
         if (ret)
                 *ret = cell;
@@ -774,6 +1006,9 @@ void exec_cell_cancel(ExecCell *cell) {
                 q->died = NULL;
                 free(q->died_why);
                 q->died_why = NULL;
+        } else if (q->run.cell == cell && !q->run.started) {
+                /* Another client's request is ahead of it in the kernel: interrupt nothing. */
+                run_withdraw(q);
         } else if (q->run.cell == cell) {
                 /* The kernel goes on until it answers; its messages are discarded then. */
                 q->run.cell = NULL;
@@ -784,18 +1019,37 @@ void exec_cell_cancel(ExecCell *cell) {
         cell_free(cell);
 }
 
+static bool kernel_runs_cell(const ExecQueue *q) {
+        return q->kernel.msg_id && streq(q->kernel.msg_type, "execute_request");
+}
+
 bool exec_queue_interrupt(ExecQueue *q) {
-        if (!q || !run_taken(q) || !q->conn)
+        bool other;
+
+        if (!q || !q->conn)
+                return false;
+        other = kernel_runs_cell(q) && !q->kernel.ours;
+        if (!other && !run_taken(q))
                 return false;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
-        /* Landing after the code finished, it draws no execute_reply: ask. */
-        run_probe(q);
+        /* Ours, landing after its code finished, draws no execute_reply: ask.
+         * Another client's cell ahead of ours draws its own reply. */
+        if (!other)
+                run_probe(q);
         return true;
 }
 
 bool exec_queue_busy(const ExecQueue *q) {
-        return q && run_taken(q);
+        return q && (run_taken(q) || kernel_runs_cell(q));
+}
+
+const char *exec_queue_running(const ExecQueue *q) {
+        if (!q || !q->conn)
+                return NULL;
+        if (kernel_runs_cell(q))
+                return q->kernel.ours ? "ours" : "other";
+        return run_taken(q) ? "ours" : NULL;
 }
 
 size_t exec_queue_pending(const ExecQueue *q) {

@@ -1,7 +1,9 @@
 /* Running cells: one queue per context. Cells run one at a time in arrival
  * order over the context's kept KernelConn; iopub messages are matched to
  * their cell by parent msg_id and turned into nbformat v4 output dicts.
- * The queue outlives kernels: when the kernel dies mid-cell, that cell is
+ * The queue also follows the kernel's iopub status for every client (whose
+ * request it is busy with, the execution count), so that it hands a cell to
+ * the kernel only when the kernel is idle. The queue outlives kernels: when the kernel dies mid-cell, that cell is
  * answered once the context has a new kernel (or gave up), naming it.
  *
  * Callbacks (sink and hooks) never run from inside exec_queue_submit,
@@ -45,17 +47,22 @@ typedef enum ExecStatus {
         EXEC_TIMEOUT, /* interrupted at its timeout; outputs so far; exit 6 */
         EXEC_DIED,    /* the kernel died while it ran (or before it ran); exit 1 */
         EXEC_ABORTED, /* the queue was shut down (context stopped, daemon exiting); exit 1 */
+        /* Its timeout passed before the kernel started it (waiting in our
+         * queue, or sent and queued in the kernel behind another client's
+         * cell): nothing was interrupted, and it will not run; exit 11. */
+        EXEC_NOT_STARTED,
         _EXEC_STATUS_MAX,
 } ExecStatus;
 
-const char *exec_status_to_string(ExecStatus s); /* "ok", "error", "timeout", "died", "aborted"; NULL out of range */
+/* "ok", "error", "timeout", "died", "aborted", "not_started"; NULL out of range */
+const char *exec_status_to_string(ExecStatus s);
 
 typedef struct ExecResult {
         ExecStatus status;
         long long execution_count; /* -1 when unknown */
         const char *kernel_id;     /* the kernel that ran it; for EXEC_DIED the new one, or NULL if none came */
         json_t *outputs;           /* array of nbformat v4 output dicts, borrowed */
-        const char *message;       /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT: a sentence; else NULL */
+        const char *message;       /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT/EXEC_NOT_STARTED: a sentence; else NULL */
 } ExecResult;
 
 typedef struct ExecSink {
@@ -76,8 +83,9 @@ typedef struct ExecSink {
 } ExecSink;
 
 typedef struct ExecOptions {
-        /* USEC_INFINITY: none. Counted from submit: a cell still queued at
-         * its deadline is answered EXEC_TIMEOUT without having run. */
+        /* USEC_INFINITY: none. Counted from submit: a cell the kernel has
+         * not started at its deadline is answered EXEC_NOT_STARTED (see
+         * exec_queue_submit); one that started is interrupted, EXEC_TIMEOUT. */
         usec_t timeout;
         /* Bytes of output text kept (and streamed) per cell: stream text and
          * the sizes of the data values, and 1 KiB for each output other than
@@ -93,11 +101,15 @@ typedef struct ExecOptions {
 
 /* What the queue needs from its context. */
 typedef struct ExecHooks {
-        /* Interrupt the running cell: the context signals the kernel's process group with SIGINT. */
+        /* Interrupt the running cell: the context signals the kernel's
+         * process group with SIGINT. Called for the queue's own cell only
+         * once the kernel has started it, or for whatever cell runs on
+         * exec_queue_interrupt. */
         void (*interrupt)(void *userdata);
-        /* The queue started (true) or finished (false) running cells: the
-         * context shows busy. Not called by exec_queue_detach/give_up, which
-         * reset the queue to not busy silently: the context changes state then. */
+        /* The kernel became busy with a cell (true: ours or another
+         * client's, see exec_queue_busy) or left it (false): the context
+         * shows busy. Not called by exec_queue_detach/give_up, which reset
+         * the queue to not busy silently: the context changes state then. */
         void (*busy)(void *userdata, bool busy);
         /* Sends a request to the kernel, with kernel_conn_send's contract
          * (content stolen, ret_msg_id filled). NULL: kernel_conn_send on the
@@ -128,19 +140,36 @@ void exec_queue_detach(ExecQueue *q, const char *why);
 void exec_queue_give_up(ExecQueue *q, const char *why);
 
 /* Queues a cell. code is copied. *ret (may be NULL) is valid until on_done
- * runs or exec_cell_cancel is called. Starts it at once when the queue is
- * idle and attached. -EINVAL for a missing code or sink->on_done, -ENOMEM,
- * or kernel_conn_send's error when it was to start at once (then nothing
- * was queued and no callback will run). */
+ * runs or exec_cell_cancel is called. Sends it at once when the queue is
+ * attached, has nothing of ours on the kernel, and iopub does not show the
+ * kernel busy with another client's request (ipykernel serves all clients'
+ * shell requests in one queue; a cell sent behind another's waits in it, so
+ * the queue waits in its own, where a timeout can take the cell back). A
+ * lost idle never blocks it: a kernel_info_request sent behind the other
+ * request answers once the kernel has left it. -EINVAL for a missing code or
+ * sink->on_done, -ENOMEM, or kernel_conn_send's error when it was to start
+ * at once (then nothing was queued and no callback will run).
+ *
+ * A cell has started once iopub carries its execute_input (or an output, or
+ * its reply came). At its deadline a cell not started is answered
+ * EXEC_NOT_STARTED and never interrupts anything: a queued one is dropped;
+ * one sent but still behind another client's request in the kernel (the
+ * other request won the race to the shell) is withdrawn with an
+ * abort_request on control (ipykernel then answers it "aborted" without
+ * running it), and should the kernel start it all the same (a kernel
+ * without abort_request, or an abort that crossed its start) it is
+ * interrupted as it starts. */
 int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,
                       ExecCell **ret);
-/* The client went away: a queued cell is dropped; the running cell is
- * interrupted (so it never blocks the context; at most one automatic
+/* The client went away: a queued cell is dropped; a cell sent but not
+ * started is withdrawn as at a deadline (see exec_queue_submit); a started
+ * cell is interrupted (so it never blocks the context; at most one automatic
  * interrupt per cell) and its reply discarded. on_done is not called for it. */
 void exec_cell_cancel(ExecCell *cell);
 
-/* Interrupts the running cell, if any (also one answered or cancelled but
- * not yet finished in the kernel); returns whether there was one. */
+/* Interrupts whatever cell the kernel runs: ours (also one answered or
+ * cancelled but not yet finished in the kernel), or another client's that
+ * iopub shows running. Returns whether there was one. */
 bool exec_queue_interrupt(ExecQueue *q);
 
 /* Feed from the context's KernelConn callbacks (every message: the queue
@@ -169,7 +198,15 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
  * cell (interrupted after its code finished, or the reply was lost)]\n". */
 void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message);
 
+/* Whether the kernel runs a cell: iopub shows it busy with an
+ * execute_request of any client, or ours is on it (sent and not yet known
+ * to be finished). */
 bool exec_queue_busy(const ExecQueue *q);
-size_t exec_queue_pending(const ExecQueue *q);            /* queued, not counting the running one */
-long long exec_queue_execution_count(const ExecQueue *q); /* the last one seen, -1 if none */
-usec_t exec_queue_last_activity(const ExecQueue *q);      /* CLOCK_REALTIME of the last submit/output/reply; 0 */
+/* Whose cell the kernel runs: "ours" (sent by this queue), "other" (another
+ * client's, as iopub shows), NULL when none (static strings). */
+const char *exec_queue_running(const ExecQueue *q);
+size_t exec_queue_pending(const ExecQueue *q); /* queued, not counting the running one */
+/* The kernel's own count: the last execute_input of any client, or a reply
+ * to ours; -1 if none. */
+long long exec_queue_execution_count(const ExecQueue *q);
+usec_t exec_queue_last_activity(const ExecQueue *q); /* CLOCK_REALTIME of the last submit/output/reply; 0 */

@@ -71,7 +71,7 @@ static void help(void) {
                "                       all are up and the daemon is not degraded)\n"
                "  exec CTX [CODE|-]    run a cell in the context's kernel (code from stdin\n"
                "                       without CODE or with -) and print its outputs\n"
-               "  interrupt CTX        interrupt the cell running in a context\n"
+               "  interrupt CTX        interrupt the cell running in a context (any client's)\n"
                "  check CTX            wait until the context is ready and answers; with\n"
                "                       --expect, say whether it is still that kernel\n"
                "  wait [CTX...]        wait until the contexts (default: the autostart\n"
@@ -116,7 +116,8 @@ static void help(void) {
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost).\n"
+               "8 kernel replaced (namespace lost), 11 the cell never started (its timeout\n"
+               "passed while it waited; it will not run).\n"
                "See kernelctl(1).\n");
 }
 
@@ -498,8 +499,10 @@ static int status_row(const json_t *ctx, char **row) {
         row[COL_INCARNATION] = format_integer(json_object_get(ctx, "incarnation"));
         row[COL_TRANSPORT] = sanitize(object_string(ctx, "transport") ?: "-", false);
         row[COL_INFO] = sanitize(!state_is_up(state) && error ? error
-                                 : chunking_off               ? "output chunking off"
-                                                              : "",
+                                 : streq(object_string(ctx, "running") ?: "", "other") ? "another client's cell"
+                                 : streq(object_string(ctx, "running") ?: "", "ours")  ? "a cell from exec"
+                                 : chunking_off ? "output chunking off"
+                                                : "",
                                  false);
         for (size_t i = 0; i < N_COLUMNS; i++)
                 if (!row[i])
@@ -902,10 +905,12 @@ static int exec_exit_code(const char *status) {
                 return EXIT_CELL_ERROR;
         if (streq(status, "timeout"))
                 return EXIT_TIMEOUT;
+        if (streq(status, "not_started"))
+                return EXIT_NOT_STARTED;
         return EXIT_FAILED;
 }
 
-/* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]". */
+/* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]", "[not started: timeout]". */
 static void print_exec_summary(const char *status, const json_t *count, const json_t *kernel_id, bool died) {
         _cleanup_free_ char *st = sanitize(status ?: "?", false);
 
@@ -918,7 +923,10 @@ static void print_exec_summary(const char *status, const json_t *count, const js
                         printf("[%s: kernel now %s]\n", st ?: "?", k);
                 else
                         printf("[%s: no kernel]\n", st ?: "?");
-        } else if (!died && json_is_integer(count))
+        } else if (streq(status ?: "", "not_started"))
+                /* Only a timeout keeps a cell from starting and still answers its caller. */
+                puts("[not started: timeout]");
+        else if (!died && json_is_integer(count))
                 printf("[%s #%lld]\n", st ?: "?", (long long) json_integer_value(count));
         else
                 printf("[%s]\n", st ?: "?");
