@@ -5,20 +5,23 @@ For each flood a fresh kernelsupd (temporary directory, one context, the given
 output_limit) runs one cell, then the daemon's VmHWM is read from /proc/PID/status:
 
   1gib      1 GiB in 1 MiB writes        sys.stdout.write('x' * (1 << 20)), 1024 times
-  300mib    one 300 MiB write            sys.stdout.write('x' * (300 << 20))
+  300mib    one 300 MiB write            n = sys.stdout.write('x' * (300 << 20))
   displays  100,000 tiny display messages  display({'text/plain': 'y' * 20}, raw=True)
 
-each two ways:
+each two ways, with output_chunking = yes and = no (--chunking to pick one):
 
   exec      `kernelctl exec CTX CODE` (the daemon runs the cell and collects its output)
   client    a stock jupyter_client.BlockingKernelClient on the published connection
             file runs it; the daemon only listens on iopub as it always does
 
 Printed next to output_limit and the bound kernelsup.ini(5) states for one context
-(48 MiB + 64 MiB + 16 x output_limit), with what the caller got (exit status or reply status,
-bytes of output, markers).
+(48 MiB + 64 MiB + 16 x output_limit), with what the caller got: exit status or reply
+status; "head", the bytes of the flood's text it got from the start (exec: up to
+output_limit; a jupyter_client gets everything); "cut", what the marker says was not
+kept ("dropped" when a message over the bound was dropped instead); the markers.
 
 Usage: /usr/bin/python3 bench/output-flood.py [BUILDDIR] [--limit 10M] [--only NAME]
+       [--chunking yes|no] [--exec-only]
 BUILDDIR holds kernelsupd and kernelctl (default: $KS_BUILDDIR, else .).
 Not a test: it asserts nothing, it prints a table.
 """
@@ -27,6 +30,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -37,7 +41,7 @@ import time
 MiB = 1 << 20
 FLOODS = {
     "1gib": ("1 GiB in 1 MiB writes", "import sys\nfor i in range(1024): sys.stdout.write('x' * (1 << 20))"),
-    "300mib": ("one 300 MiB write", "import sys; sys.stdout.write('x' * (300 << 20))"),
+    "300mib": ("one 300 MiB write", "import sys; n = sys.stdout.write('x' * (300 << 20))"),
     "displays": ("100,000 tiny displays", "from IPython.display import display\n"
                                           "for i in range(100000): display({'text/plain': 'y' * 20}, raw=True)"),
 }
@@ -57,7 +61,7 @@ def vm_hwm(pid):
 
 
 class Daemon:
-    def __init__(self, builddir, limit_text):
+    def __init__(self, builddir, limit_text, chunking):
         self.tmp = tempfile.mkdtemp(prefix="ks-bench-")
         self.sock = os.path.join(self.tmp, "run", "control.sock")
         for d in ("conf/contexts.d", "run", "state"):
@@ -68,7 +72,7 @@ class Daemon:
             f.write(f"[supervisor]\nsocket = {self.sock}\nruntime_dir = {self.tmp}/run\n"
                     f"state_dir = {self.tmp}/state\ncontexts_dir = {self.tmp}/conf/contexts.d\n"
                     f"port_range = {port_min}-{port_min + 199}\n"
-                    f"\n[context:bench]\noutput_limit = {limit_text}\n")
+                    f"\n[context:bench]\noutput_limit = {limit_text}\noutput_chunking = {chunking}\n")
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",
                                                                 "WATCHDOG_USEC", "WATCHDOG_PID",
                                                                 "JPY_PARENT_PID")}
@@ -92,11 +96,18 @@ class Daemon:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def head_bytes(data):
+    """How many bytes at the start are the flood's text ('x'), before anything else."""
+    return len(data) - len(data.lstrip(b"x"))
+
+
 def run_exec(d, code):
-    r = subprocess.run(d.ctl + ["exec", "bench", code], capture_output=True, timeout=1800)
+    r = subprocess.run(d.ctl + ["exec", "bench", code], capture_output=True, timeout=3600)
     markers = sum(r.stderr.count(m) for m in (b"[output truncated", b"[output dropped", b"[no reply"))
     last = r.stdout.rstrip(b"\n").rsplit(b"\n", 1)[-1].decode(errors="replace")
-    return f"exit {r.returncode} {last}", len(r.stdout) + len(r.stderr), markers
+    cut = re.search(rb"\[output truncated: (\d+) more bytes not kept\]", r.stderr)
+    cut = cut.group(1).decode() if cut else "dropped" if b"[output dropped" in r.stderr else "-"
+    return f"exit {r.returncode} {last}", head_bytes(r.stdout), cut, markers
 
 
 def run_client(d, code):
@@ -109,15 +120,19 @@ def run_client(d, code):
     kc.load_connection_file(d.connection_file)
     kc.start_channels()
     received = 0
+    head = None
 
     def take(timeout):
         """Reads one iopub message; True when it is the cell's idle."""
-        nonlocal received
+        nonlocal received, head
         m = kc.get_iopub_msg(timeout=timeout)
         if m["parent_header"].get("msg_id") != msg_id:
             return False
         if m["msg_type"] == "stream":
-            received += len(m["content"]["text"])
+            text = m["content"]["text"]
+            if head is None or head == received:
+                head = received + len(text) - len(text.lstrip("x"))
+            received += len(text)
         elif m["msg_type"] == "display_data":
             received += len(m["content"]["data"].get("text/plain", ""))
         return m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
@@ -143,7 +158,7 @@ def run_client(d, code):
                 pass
         except queue.Empty:
             pass
-        return f"reply {status}", received, 0
+        return f"reply {status}", head or 0, "-", 0
     finally:
         kc.stop_channels()
 
@@ -153,6 +168,9 @@ def main():
     ap.add_argument("builddir", nargs="?", default=os.environ.get("KS_BUILDDIR", "."))
     ap.add_argument("--limit", default="10M", help="output_limit of the context (default 10M)")
     ap.add_argument("--only", choices=sorted(FLOODS), action="append", help="run only this flood")
+    ap.add_argument("--chunking", choices=("yes", "no"), action="append",
+                    help="output_chunking of the context (default: both)")
+    ap.add_argument("--exec-only", action="store_true", help="leave out the jupyter_client runs")
     args = ap.parse_args()
     try:
         import jupyter_client  # noqa: F401
@@ -162,30 +180,35 @@ def main():
     limit = parse_size(args.limit)
     bound = 48 * MiB + 64 * MiB + 16 * limit
     rows = []
-    d = Daemon(args.builddir, args.limit)
+    d = Daemon(args.builddir, args.limit, "yes")
     idle = vm_hwm(d.proc.pid)
     d.close()
+    ways = (("kernelctl exec", run_exec),) if args.exec_only else (("kernelctl exec", run_exec),
+                                                                    ("jupyter_client", run_client))
     for key in args.only or FLOODS:
         what, code = FLOODS[key]
-        for how, fn in (("kernelctl exec", run_exec), ("jupyter_client", run_client)):
-            d = Daemon(args.builddir, args.limit)
-            try:
-                t0 = time.monotonic()
-                outcome, nbytes, markers = fn(d, code)
-                secs = time.monotonic() - t0
-                hwm = vm_hwm(d.proc.pid)
-            finally:
-                d.close()
-            rows.append((what, how, hwm, outcome, nbytes, markers, secs))
-            print(f"# {what} through {how}: VmHWM {hwm / MiB:.1f} MiB, {outcome}, {nbytes} bytes, "
-                  f"{markers} markers, {secs:.1f} s", file=sys.stderr)
+        for how, fn in ways:
+            for chunking in args.chunking or ("yes", "no"):
+                d = Daemon(args.builddir, args.limit, chunking)
+                try:
+                    t0 = time.monotonic()
+                    outcome, head, cut, markers = fn(d, code)
+                    secs = time.monotonic() - t0
+                    hwm = vm_hwm(d.proc.pid)
+                finally:
+                    d.close()
+                rows.append((what, how, chunking, hwm, outcome, head, cut, markers, secs))
+                print(f"# {what} through {how}, chunking {chunking}: VmHWM {hwm / MiB:.1f} MiB, {outcome}, "
+                      f"head {head} bytes, cut {cut}, {markers} markers, {secs:.1f} s", file=sys.stderr)
 
     print(f"kernelsupd peak RSS (VmHWM) under cell output; output_limit {limit / MiB:g} MiB, "
           f"stated bound {bound / MiB:g} MiB (48 MiB + 64 MiB + 16 x output_limit); idle daemon {idle / MiB:.1f} MiB; "
           f"{os.cpu_count()} CPUs")
-    print(f"{'flood':<24}{'through':<17}{'VmHWM MiB':>10}  {'caller got':<22}{'bytes':>11}{'markers':>8}{'s':>7}")
-    for what, how, hwm, outcome, nbytes, markers, secs in rows:
-        print(f"{what:<24}{how:<17}{hwm / MiB:>10.1f}  {outcome:<22}{nbytes:>11}{markers:>8}{secs:>7.1f}")
+    print(f"{'flood':<24}{'through':<16}{'chunking':<9}{'VmHWM MiB':>10}  {'caller got':<20}{'head bytes':>12}"
+          f"{'cut':>12}{'markers':>8}{'s':>7}")
+    for what, how, chunking, hwm, outcome, head, cut, markers, secs in rows:
+        print(f"{what:<24}{how:<16}{chunking:<9}{hwm / MiB:>10.1f}  {outcome:<20}{head:>12}{cut:>12}{markers:>8}"
+              f"{secs:>7.1f}")
 
 
 if __name__ == "__main__":

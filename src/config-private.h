@@ -79,6 +79,7 @@ enum {
         KEY_TASKS_MAX,
         KEY_TRANSPORT,
         KEY_SHUTDOWN_GRACE,
+        KEY_OUTPUT_CHUNKING,
         _KEY_MAX,
 };
 

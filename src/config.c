@@ -72,6 +72,7 @@ const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_TASKS_MAX] = CONTEXT_KEY("tasks_max", parse_tasks, tasks_max, VALUE_UNSIGNED),
         [KEY_TRANSPORT] = CONTEXT_KEY("transport", parse_transport, transport, VALUE_TRANSPORT),
         [KEY_SHUTDOWN_GRACE] = CONTEXT_KEY("shutdown_grace", parse_duration_positive, shutdown_grace, VALUE_USEC),
+        [KEY_OUTPUT_CHUNKING] = CONTEXT_KEY("output_chunking", parse_bool, output_chunking, VALUE_BOOL),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -122,6 +123,7 @@ void context_config_init(ContextConfig *cc) {
                 .output_limit = 10 * 1024 * 1024,
                 .transport = TRANSPORT_IPC,
                 .shutdown_grace = 500 * USEC_PER_MSEC,
+                .output_chunking = true,
         };
 }
 

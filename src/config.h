@@ -57,6 +57,9 @@ typedef struct ContextConfig {
         /* After shutdown_request, SIGTERM follows this soon (ipykernel now and then ignores the request); SIGKILL
          * still comes at stop_timeout. Default 500 ms. */
         usec_t shutdown_grace;
+        /* Patch an IPython kernel's output stream so that a flood reaches iopub in bounded messages (chunking.h);
+         * default yes. Applies from the kernel's next start. */
+        bool output_chunking;
 } ContextConfig;
 
 typedef struct Config {

@@ -143,6 +143,9 @@ void context_deadline_cb(uv_timer_t *t) {
                 return;
         if (c->host->clock_check(c->host->userdata))
                 return; /* a freeze, not a hang: context_resumed() re-armed the deadline */
+        /* It answered kernel_info and is only late with the chunking request: no hung start. */
+        if (c->chunking == CHUNKING_PENDING)
+                return context_chunking_expired(c);
         snprintf(msg, sizeof msg, "%s within start_timeout (%s); killed",
                  c->adopting ? "the adopted kernel did not answer kernel_info" : "did not answer kernel_info",
                  format_duration(d, sizeof d, c->cfg->start_timeout));
@@ -384,7 +387,7 @@ void context_launch(Context *c) {
         }
         uv_timer_stop(&c->timer);
         c->deadline_hit = false;
-        c->got_info = c->got_iopub = false;
+        context_readiness_reset(c);
         free(c->pending_error);
         c->pending_error = NULL;
 

@@ -24,6 +24,22 @@
 /* How long a launch waits for the last kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
 #define LEFTOVER_WAIT_USEC (2 * USEC_PER_SEC)
 
+/* How long an IPython kernel has to answer the output chunking request
+ * (chunking.h) before its context turns ready without it; a later answer
+ * still counts. Running the patch takes milliseconds: only a kernel busy with
+ * another client's cell (an adopted one) makes it wait. */
+#define CHUNKING_WAIT_USEC (5 * USEC_PER_SEC)
+
+/* Where a kernel is with output chunking. */
+typedef enum ChunkingState {
+        CHUNKING_UNASKED, /* no kernel_info_reply from this kernel yet */
+        CHUNKING_NONE,    /* not an IPython kernel: left alone */
+        CHUNKING_WANTED,  /* IPython: patched before it turns ready */
+        CHUNKING_PENDING, /* the request is out, its reply not in */
+        CHUNKING_ON,
+        CHUNKING_OFF, /* output_chunking = no, or the request failed or went unanswered */
+} ChunkingState;
+
 /* status's transport_note for a kernel on tcp. */
 #define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
 
@@ -49,6 +65,9 @@ struct Context {
         bool deadline_hit;        /* the start deadline killed it */
         bool adopting;            /* the process is an earlier daemon's kernel, not launched by us */
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
+        ChunkingState chunking;   /* of this kernel; reset at each launch and adoption */
+        char chunking_id[37];     /* msg_id of the chunking request while its reply is awaited, else "" */
+        usec_t chunking_sent;     /* CLOCK_MONOTONIC */
         Limits limits;            /* where the kernel's limits come from, its OOM counter */
         SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
         char *pending_error;      /* why the current launch failed, set before its exit */
@@ -92,6 +111,11 @@ struct Context {
 /* context.c */
 extern const KernelConnCallbacks context_conn_callbacks;
 void context_set_state(Context *c, ContextStateKind to);
+/* A new kernel process (launched or adopted): not answered yet, output chunking not asked yet. */
+void context_readiness_reset(Context *c);
+/* The output chunking request is still unanswered (CHUNKING_WAIT_USEC passed, or start_timeout): the context
+ * turns ready without it. */
+void context_chunking_expired(Context *c);
 int context_save(Context *c);
 void context_send_kernel_info(Context *c);
 void context_info_timer_cb(uv_timer_t *t);

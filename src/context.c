@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "chunking.h"
 #include "context-private.h"
 #include "log.h"
 #include "userfile.h"
@@ -116,24 +117,113 @@ static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
 static uint64_t stop_phase_msec(const Context *c);
 
-/* ---- The kernel connection ---- */
-
 static void context_became_ready(Context *c);
 static void context_shutdown_acked(Context *c);
 
+void context_readiness_reset(Context *c) {
+        c->got_info = c->got_iopub = false;
+        c->chunking = CHUNKING_UNASKED;
+        c->chunking_id[0] = '\0';
+}
+
+/* ---- Output chunking (chunking.h) ---- */
+
+static void chunking_off(Context *c, const char *why) {
+        c->chunking = CHUNKING_OFF;
+        log_warning("%s: output chunking is off for kernel %s: %s (a cell that prints fast may then lose what it "
+                    "printed to a dropped message)",
+                    c->name, c->st.kernel_id, why);
+}
+
+/* Sends the patch; the context turns ready once it is answered (or CHUNKING_WAIT_USEC passed). */
+static void chunking_start(Context *c) {
+        json_t *content = chunking_request(CHUNKING_CHARS);
+        char why[128];
+        int r;
+
+        r = content ? kernel_conn_send(c->conn, CHANNEL_SHELL, "execute_request", content, c->chunking_id) : -ENOMEM;
+        if (r < 0) {
+                c->chunking_id[0] = '\0';
+                snprintf(why, sizeof why, "cannot send the request: %s", strerror(-r));
+                return chunking_off(c, why);
+        }
+        c->chunking = CHUNKING_PENDING;
+        c->chunking_sent = now_usec(CLOCK_MONOTONIC);
+}
+
+/* The reply to the request, however late: a kernel that turned ready without it may still be patched. */
+static void chunking_on_reply(Context *c, const JupyterMsg *msg) {
+        _cleanup_free_ char *why = NULL;
+        int r = chunking_result(msg->content, &why);
+
+        c->chunking_id[0] = '\0';
+        if (r <= 0)
+                return chunking_off(c, why ?: "out of memory");
+        c->chunking = CHUNKING_ON;
+        if (c->state == CONTEXT_STARTING)
+                log_debug("%s: output chunking is on for kernel %s (stream messages of at most %zu characters)",
+                          c->name, c->st.kernel_id, CHUNKING_CHARS);
+        else
+                log_notice("%s: output chunking is on for kernel %s after all (a late answer)", c->name,
+                           c->st.kernel_id);
+}
+
+static void context_check_started(Context *c);
+
+void context_chunking_expired(Context *c) {
+        char why[128], d[32];
+
+        if (c->chunking != CHUNKING_PENDING)
+                return;
+        snprintf(why, sizeof why, "the kernel did not answer the request within %s",
+                 format_duration(d, sizeof d, now_usec(CLOCK_MONOTONIC) - c->chunking_sent));
+        chunking_off(c, why);
+        context_check_started(c);
+}
+
+static const char *chunking_to_string(ChunkingState s) {
+        return s == CHUNKING_ON ? "on" : s == CHUNKING_OFF ? "off" : NULL;
+}
+
+/* ---- The kernel connection ---- */
+
 static void context_check_started(Context *c) {
-        if (c->state == CONTEXT_STARTING && c->got_info && c->got_iopub)
-                context_became_ready(c);
+        if (c->state != CONTEXT_STARTING || !c->got_info || !c->got_iopub)
+                return;
+        /* An IPython kernel gets its output chunked before any cell of ours runs. */
+        if (c->chunking == CHUNKING_WANTED)
+                chunking_start(c);
+        if (c->chunking == CHUNKING_PENDING)
+                return;
+        context_became_ready(c);
+}
+
+/* A kernel_info_reply while starting decides about output chunking. */
+static void chunking_decide(Context *c, const JupyterMsg *msg) {
+        if (c->chunking != CHUNKING_UNASKED)
+                return;
+        if (!chunking_applies(msg->content))
+                c->chunking = CHUNKING_NONE;
+        else if (c->cfg->output_chunking)
+                c->chunking = CHUNKING_WANTED;
+        else
+                chunking_off(c, "output_chunking = no");
 }
 
 static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
+        const char *type = jupyter_msg_type(msg);
 
         exec_queue_on_reply(c->exec, channel, msg);
-        if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply")) {
+        if (channel == CHANNEL_SHELL && streq(type, "kernel_info_reply")) {
+                chunking_decide(c, msg);
                 c->got_info = true;
                 context_check_started(c);
-        } else if (streq(jupyter_msg_type(msg), "shutdown_reply"))
+        } else if (channel == CHANNEL_SHELL && c->chunking_id[0] &&
+                   streq(jupyter_msg_parent_id(msg), c->chunking_id) && streq(type, "execute_reply")) {
+                chunking_on_reply(c, msg);
+                context_check_started(c);
+        } else if (streq(type, "shutdown_reply"))
                 context_shutdown_acked(c);
 }
 
@@ -364,7 +454,10 @@ void context_send_kernel_info(Context *c) {
 void context_info_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
-        if (c->state == CONTEXT_STARTING && c->conn) {
+        if (c->state == CONTEXT_STARTING && c->conn && c->chunking == CHUNKING_PENDING) {
+                if (now_usec(CLOCK_MONOTONIC) - c->chunking_sent >= CHUNKING_WAIT_USEC)
+                        context_chunking_expired(c);
+        } else if (c->state == CONTEXT_STARTING && c->conn) {
                 /* Once the kernel has answered, only the iopub subscription is missing:
                  * each request makes it publish again. */
                 context_send_kernel_info(c);
@@ -973,7 +1066,7 @@ int context_adopt(Context *c, char **ret_reason) {
         uv_poll_start(c->pid_poll, UV_READABLE, context_pid_poll_cb);
         c->want_running = true;
         c->adopting = true;
-        c->got_info = c->got_iopub = false;
+        context_readiness_reset(c);
         resources_release(&c->limits);
         resources_inspect(c->cfg, pid, &c->limits);
         /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
@@ -1075,6 +1168,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .transport_note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL,
                 /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
                 .running = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL,
+                .output_chunking = running ? chunking_to_string(c->chunking) : NULL,
         };
         resources_reply(c->cfg, &c->limits, &ret->limits);
 }

@@ -57,6 +57,8 @@ struct ExecQueue {
                  * in when the kernel is heard from again, so that a kernel that
                  * died (which drops every connection) gets none. 0: none. */
                 size_t drop_pending;
+                /* An iopub message came (any parent) since the settle timer started. */
+                bool iopub_moved;
         } run;
 
         ExecCell *died; /* was running when the kernel died; answered at the next attach */
@@ -202,6 +204,7 @@ static void run_clear(ExecQueue *q) {
         q->run.probe_id[0] = '\0';
         q->run.probe_replied = q->run.probe_idle = false;
         q->run.drop_pending = 0;
+        q->run.iopub_moved = false;
         (void) uv_timer_stop(&q->timer);
         (void) uv_timer_stop(&q->settle);
 }
@@ -229,8 +232,10 @@ static int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_
 }
 
 static void settle_start(ExecQueue *q) {
-        if (!uv_is_active((uv_handle_t *) &q->settle))
-                (void) uv_timer_start(&q->settle, settle_cb, EXEC_SETTLE_USEC / USEC_PER_MSEC, 0);
+        if (uv_is_active((uv_handle_t *) &q->settle))
+                return;
+        q->run.iopub_moved = false;
+        (void) uv_timer_start(&q->settle, settle_cb, EXEC_SETTLE_USEC / USEC_PER_MSEC, 0);
 }
 
 /* Asks the kernel, behind the running request on shell, for a
@@ -272,6 +277,12 @@ static void settle_cb(uv_timer_t *t) {
 
         if (!run_taken(q))
                 return;
+        /* iopub is behind shell (a flood the kernel writes faster than we
+         * read): what is missing comes in order behind what still arrives. */
+        if (q->run.iopub_moved) {
+                settle_start(q);
+                return;
+        }
         if (q->run.probe_replied) {
                 /* The probe's idle was lost too: iopub dropped messages. */
                 q->run.probe_idle = true;
@@ -765,6 +776,7 @@ static bool msg_is_idle(const char *type, const JupyterMsg *msg) {
 static void run_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg) {
         ExecCell *cell;
 
+        q->run.iopub_moved = true;
         run_mark_drop(q);
         if (q->run.probe_id[0] && streq(jupyter_msg_parent_id(msg), q->run.probe_id)) {
                 if (msg_is_idle(type, msg)) {

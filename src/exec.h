@@ -194,7 +194,10 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
  * kernel_info_request sent after it (after an interrupt, a dropped
  * connection, or EXEC_SETTLE_USEC with only one of the two) was answered on
  * shell, which handles requests in order, and that request's own idle came
- * on iopub (or EXEC_SETTLE_USEC passed). A cell ended without an
+ * on iopub (or EXEC_SETTLE_USEC passed). Those EXEC_SETTLE_USEC start
+ * again while iopub still delivers messages (whoever's): a kernel can write
+ * faster than the daemon reads, and iopub keeps its order, so what is
+ * missing is then behind what arrives. A cell ended without an
  * execute_reply is EXEC_TIMEOUT when it had timed out, else EXEC_ABORTED,
  * and its outputs end with "\n[no reply: the kernel sent no reply to the
  * cell (interrupted after its code finished, or the reply was lost)]\n". */

@@ -27,8 +27,11 @@
 #define RECV_MAX_FRAMES 32
 
 /* Messages handled on one socket per wake-up before yielding to the rest of
- * the loop, so a kernel flooding iopub cannot starve the other kernels. */
+ * the loop, so a kernel flooding iopub cannot starve the other kernels; and
+ * bytes, since parsing a message costs in proportion to its size (64 stream
+ * messages of a MiB each would hold the loop for seconds). */
 #define DRAIN_BUDGET 64
+#define DRAIN_BUDGET_BYTES ((size_t) 4 << 20)
 
 /* The heartbeat only echoes our 8-byte pings. */
 #define HB_MAX_MESSAGE 4096
@@ -415,7 +418,9 @@ static void conn_dispatch(KernelConn *c, size_t idx, zmq_msg_t *parts, size_t n)
  * and we must go on until ZMQ_POLLIN is clear or no new edge will come.
  * Returns true when messages are left because the budget ran out. */
 static bool conn_drain(KernelConn *c, size_t idx) {
-        for (unsigned k = 0; k < DRAIN_BUDGET; k++) {
+        size_t bytes = 0;
+
+        for (unsigned k = 0; k < DRAIN_BUDGET && bytes < DRAIN_BUDGET_BYTES; k++) {
                 zmq_msg_t parts[RECV_MAX_FRAMES];
                 size_t size = sizeof(int), n = 0;
                 int events = 0;
@@ -433,8 +438,10 @@ static bool conn_drain(KernelConn *c, size_t idx) {
                         continue; /* EAGAIN despite POLLIN, or EINTR: ZMQ_EVENTS decides */
 
                 conn_dispatch(c, idx, parts, n);
-                for (size_t i = 0; i < n; i++)
+                for (size_t i = 0; i < n; i++) {
+                        bytes += zmq_msg_size(&parts[i]);
                         zmq_msg_close(&parts[i]);
+                }
         }
         return !c->closing;
 }

@@ -64,7 +64,9 @@ static int status_row(const ReplyContext *c, char **row) {
         row[COL_INFO] = client_sanitize(!render_state_is_up(c->state) && c->last_error ? c->last_error
                                         : streq_ptr(c->running, "other")               ? "another client's cell"
                                         : streq_ptr(c->running, "ours")                ? "a cell from exec"
-                                                                                       : "",
+                                        : render_state_is_up(c->state) && streq_ptr(c->output_chunking, "off")
+                                                ? "output chunking off"
+                                                : "",
                                         false);
         for (size_t i = 0; i < N_COLUMNS; i++)
                 if (!row[i])

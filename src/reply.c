@@ -121,6 +121,7 @@ static const Field context_fields[] = {
         F(ReplyContext, "transport", FIELD_STRING, transport),
         F(ReplyContext, "transport_note", FIELD_STRING, transport_note, .flags = NULLABLE),
         F(ReplyContext, "running", FIELD_STRING, running, .flags = NULLABLE),
+        F(ReplyContext, "output_chunking", FIELD_STRING, output_chunking, .flags = NULLABLE),
 };
 static const ReplyType context_type = TYPE(ReplyContext, context_fields);
 

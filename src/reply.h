@@ -102,10 +102,11 @@ typedef struct ReplyContext {
         usec_t last_activity;      /* of our cells; 0: null */
         long long queued;          /* cells waiting */
         ReplyLimits limits;
-        const char *transport;      /* "ipc" or "tcp" */
-        const char *transport_note; /* for tcp: any local user can reach the kernel; NULL: null */
-        const char *running;        /* whose cell the kernel runs while busy: "ours" (from exec through the
-                                     * daemon) or "other" (another client's); NULL: null */
+        const char *transport;       /* "ipc" or "tcp" */
+        const char *transport_note;  /* for tcp: any local user can reach the kernel; NULL: null */
+        const char *running;         /* whose cell the kernel runs while busy: "ours" (from exec through the
+                                      * daemon) or "other" (another client's); NULL: null */
+        const char *output_chunking; /* "on" or "off" for a running IPython kernel (chunking.h); NULL: null */
 } ReplyContext;
 
 /* status and wait: the daemon and the contexts asked for. */

@@ -127,6 +127,9 @@ def test(tap):
     bad_config(tap, "huge shutdown_grace in contexts.d", lambda d: [
         f"{os.path.join(d.contexts_dir, 'big.ini')}:2: [context:big] shutdown_grace = 99999999999999999999s: too "
         "large"], contexts="", extra_files={"big.ini": "[context:big]\nshutdown_grace = 99999999999999999999s\n"})
+    bad_config(tap, "bad output_chunking", lambda d: [
+        f"{d.config}:{d.config_line('output_chunking = sometimes')}: [context:default] output_chunking = sometimes: "
+        "expected yes or no (or true/false, on/off, 1/0)"], contexts="[context:default]\noutput_chunking = sometimes\n")
 
     with tap.guard("launch and restart keys together"):
         every_key(tap)

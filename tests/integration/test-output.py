@@ -32,7 +32,7 @@ SANITIZED = False
 
 def contexts():
     return (f"[context:flood]\noutput_limit = {LIMIT // MiB}M\n"
-            f"\n[context:other]\noutput_limit = {LIMIT // MiB}M\n"
+            f"\n[context:other]\noutput_limit = {LIMIT // MiB}M\noutput_chunking = no\n"
             "\n[context:late]\n"
             "\n[context:off]\nautostart = no\n")
 
@@ -124,6 +124,18 @@ def test_flood_client(tap, d):
     tap.eq(d.context("other")["state"], "ready", "the context is ready after the client's flood")
     r = d.ctl("exec", "other", "print('still')")
     tap.eq((r.returncode, r.stdout.split("\n")[0]), (0, "still"), "the daemon's iopub reconnected: output arrives")
+
+
+def test_flood_client_chunked(tap, d):
+    """The same client flood on a kernel with output chunking (test-flood.py): no message over the
+    bound, so nothing is dropped; the daemon reads every 1 MiB piece and stays bounded."""
+    mark = d.log_mark()
+    res = harness.run_cell(d.context("flood")["connection_file"], "import sys; n = sys.stdout.write('c' * (100 << 20))",
+                           timeout=300)
+    tap.eq((res["status"], len(res["stdout"])), ("ok", 100 * MiB),
+           "chunked: 100 MiB in one write by a jupyter_client, all of it received")
+    check_bound(tap, d, "100 MiB in one write through a jupyter_client, chunked")
+    tap.ok("connection was dropped" not in d.log_since(mark), "chunked: no message over the bound, nothing dropped")
 
 
 def test_late_interrupt(tap, d):
@@ -284,6 +296,8 @@ def test(tap):
         test_never_reads(tap, d)
     with tap.guard("timeouts"):
         test_timeouts(tap, d)
+    with tap.guard("flood through a jupyter_client, chunked"):
+        test_flood_client_chunked(tap, d)
     d.stop()
 
 

@@ -404,6 +404,21 @@ static bool submit_started(ExecQueue *q, const char *code, const ExecOptions *op
         return true;
 }
 
+/* A backlog on iopub: a stream message, alternately an earlier cell's and the running one's, once per settle
+ * period, just before it ends. */
+static struct {
+        uv_timer_t timer;
+        ExecQueue *q;
+        const char *id;
+        int n;
+} backlog;
+
+static void backlog_cb(uv_timer_t *t) {
+        feed_stream(backlog.q, backlog.n % 2 ? backlog.id : "an-earlier-cell", "x");
+        if (++backlog.n < 6)
+                uv_timer_start(t, backlog_cb, EXEC_SETTLE_USEC / USEC_PER_MSEC - 1, 0);
+}
+
 static void test_states(void) {
         ExecOptions opt = default_opt;
         ExecQueue *q = NULL;
@@ -461,6 +476,25 @@ static void test_states(void) {
         feed_info(q, sent_since(since, "kernel_info_request"));
         ok(RUN_UNTIL(d.done), "lost idles: ended after the settle time");
         is_int(d.status, EXEC_OK, "lost idles: EXEC_OK");
+
+        /* iopub behind shell (a flood read slower than it is written): the reply came, the idle is behind a
+         * backlog that keeps arriving, its own and an earlier cell's. The settle wait restarts while iopub
+         * moves, so no probe goes out and nothing of it is lost. A message comes just before each settle
+         * period ends (a timer started at the same loop time, 1 ms shorter, runs first), whatever the load. */
+        since = n_sent;
+        ok(submit_started(q, "flood", &opt, &d, id), "backlog: started");
+        feed_reply(q, id, "ok");
+        backlog.q = q;
+        backlog.id = id;
+        backlog.n = 0;
+        uv_timer_init(&w.loop, &backlog.timer);
+        uv_timer_start(&backlog.timer, backlog_cb, EXEC_SETTLE_USEC / USEC_PER_MSEC - 1, 0);
+        ok(RUN_UNTIL(backlog.n == 6), "backlog: 6 settle periods with arriving messages");
+        ok(!d.done && !sent_since(since, "kernel_info_request"), "backlog: no probe went out, not ended");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "backlog: its idle ends it, EXEC_OK");
+        is_str(stext(d.outputs, "stdout"), "xxx", "backlog: all its output kept");
+        uv_close((uv_handle_t *) &backlog.timer, NULL);
 
         /* An interrupt at the timeout lands after the code: idle, but no reply. */
         opt.timeout = 200 * USEC_PER_MSEC;
