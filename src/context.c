@@ -6,80 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <systemd/sd-journal.h>
 #include <uv.h>
 
-#include "cgroup.h"
-#include "connfile.h"
-#include "context.h"
-#include "exec.h"
-#include "jupyter.h"
-#include "resources.h"
+#include "context-private.h"
 #include "log.h"
-#include "spawn.h"
 #include "util.h"
-
-/* How often an unanswered kernel_info_request is sent again while starting:
- * a request sent before the kernel bound its shell port is queued by libzmq
- * and delivered on connect, but one that reached a dying earlier process is
- * lost; and until an iopub message arrives the SUB socket may not be
- * subscribed yet, so a reply alone does not make the kernel ready (each
- * request makes the kernel publish its busy/idle status). */
-#define KERNEL_INFO_RESEND_MSEC 250
-/* How long the loop waits for a kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
-#define LEFTOVER_WAIT_USEC (2 * USEC_PER_SEC)
-
-/* status's transport_note for a kernel on tcp. */
-#define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
-
-struct Context {
-        const ContextHost *host; /* borrowed */
-        ContextConfig *cfg;      /* owned: a copy, so a reload can replace the Config */
-        char *name;
-
-        ContextStateKind state;
-        bool want_running;
-        bool restart_pending; /* stop in progress, then launch at once */
-
-        ContextState st; /* persisted */
-        SpawnUser user;  /* resolved at launch */
-        bool user_resolved;
-
-        pid_t pid; /* 0 when no process */
-        int pidfd;
-        uv_poll_t *pid_poll; /* NULL when none; freed in its close callback */
-        KernelConn *conn;
-        size_t max_message;       /* conn's bound on one frame, from output_limit when it was made */
-        ExecQueue *exec;          /* cells, one at a time; outlives kernels */
-        bool deadline_hit;        /* the start deadline killed it */
-        bool adopting;            /* the process is an earlier daemon's kernel, not launched by us */
-        bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
-        Limits limits;            /* where the kernel's limits come from, its OOM counter */
-        SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
-        char *pending_error;      /* why the current launch failed, set before its exit */
-        char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
-        bool conn_saved;          /* st's ports and key are on disk as they are now */
-        struct {
-                char kernel_id[37];
-                uint64_t incarnation;
-                unsigned restarts;
-        } prev; /* the identity before this launch, taken back when it is not launched */
-
-        uv_timer_t timer;          /* start deadline, backoff, cool-down, stop escalation */
-        uv_timer_t info_timer;     /* kernel_info resend while starting; backoff reset while ready */
-        uv_timer_t hb_timer;       /* heartbeat pings while running */
-        bool hb_outstanding;       /* a ping has not come back yet */
-        unsigned hb_missed;        /* consecutive pings that did not come back within an interval */
-        uint64_t hb_answers;       /* pings answered, ever */
-        usec_t unresponsive_since; /* CLOCK_MONOTONIC */
-        int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
-        unsigned failures;         /* consecutive, for the backoff */
-        StartLimit limit;
-        int n_open_handles;
-};
 
 /* ---- Accessors ---- */
 
@@ -118,7 +51,7 @@ uid_t context_uid(const Context *c) {
 
 /* ---- State changes ---- */
 
-static void context_set_state(Context *c, ContextStateKind to) {
+void context_set_state(Context *c, ContextStateKind to) {
         if (c->state == to)
                 return;
         if (!context_transition_allowed(c->state, to))
@@ -144,7 +77,7 @@ static void context_set_error(Context *c, const char *msg) {
 
 /* Writes st to disk. A failure is kept in save_error (status shows it as last_error, the supervisor as
  * degraded and retries on a timer); logged once per change, not at every retry. */
-static int context_save(Context *c) {
+int context_save(Context *c) {
         int r = context_state_save(c->host->state_dirfd, c->name, &c->st);
         _cleanup_free_ char *msg = NULL;
 
@@ -178,99 +111,9 @@ int context_save_retry(Context *c) {
         return c->save_error ? context_save(c) : 0;
 }
 
-static void context_launch(Context *c);
-static void deadline_cb(uv_timer_t *t);
 static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
 static uint64_t stop_phase_msec(const Context *c);
-
-/* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
-
-typedef struct OutPipe {
-        uv_pipe_t pipe;
-        char *name;
-        size_t len;
-        char buf[4096];
-} OutPipe;
-
-static void out_close_cb(uv_handle_t *h) {
-        OutPipe *o = h->data;
-
-        free(o->name);
-        free(o);
-}
-
-static void out_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-        OutPipe *o = h->data;
-
-        *buf = uv_buf_init(o->buf + o->len, (unsigned) (sizeof o->buf - o->len));
-}
-
-static void out_flush(OutPipe *o, bool all) {
-        char *start = o->buf, *end = o->buf + o->len, *nl;
-
-        while ((nl = memchr(start, '\n', (size_t) (end - start)))) {
-                log_info("%s: %.*s", o->name, (int) (nl - start), start);
-                start = nl + 1;
-        }
-        /* A full buffer without a newline, or the end of the stream, is flushed as a line. */
-        if (start < end && (all || (start == o->buf && o->len == sizeof o->buf))) {
-                log_info("%s: %.*s", o->name, (int) (end - start), start);
-                start = end;
-        }
-        o->len = (size_t) (end - start);
-        memmove(o->buf, start, o->len);
-}
-
-static void out_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-        OutPipe *o = s->data;
-
-        if (n > 0) {
-                o->len += (size_t) n;
-                out_flush(o, false);
-        } else if (n < 0) {
-                out_flush(o, true);
-                uv_close((uv_handle_t *) s, out_close_cb);
-        }
-}
-
-/* Returns the write end for the child, or -errno. Under journald the kernel writes to its own journal
- * stream, tagged kernelsup/NAME: that survives the daemon, so a kernel adopted after a crash still has
- * somewhere to write. Elsewhere a pipe to us, and our log prefixes each line with the context. */
-static int out_pipe_open(Context *c) {
-        int fds[2];
-        OutPipe *o;
-        int r;
-
-        if (getenv("JOURNAL_STREAM")) {
-                char id[96];
-                snprintf(id, sizeof id, "kernelsup/%s", c->name);
-                r = sd_journal_stream_fd(id, LOG_INFO, 0);
-                if (r >= 0)
-                        return r;
-        }
-
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return -errno;
-        o = calloc(1, sizeof *o);
-        if (!o || !(o->name = strdup(c->name))) {
-                free(o);
-                close(fds[0]);
-                close(fds[1]);
-                return -ENOMEM;
-        }
-        uv_pipe_init(c->host->loop, &o->pipe, 0);
-        o->pipe.data = o;
-        r = uv_pipe_open(&o->pipe, fds[0]);
-        if (r >= 0)
-                r = uv_read_start((uv_stream_t *) &o->pipe, out_alloc_cb, out_read_cb);
-        if (r < 0) {
-                uv_close((uv_handle_t *) &o->pipe, out_close_cb);
-                close(fds[1]);
-                return r;
-        }
-        return fds[1];
-}
 
 /* ---- The kernel connection ---- */
 
@@ -327,7 +170,7 @@ static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         exec_queue_on_dropped(c->exec, channel, c->max_message);
 }
 
-static const KernelConnCallbacks conn_callbacks = {
+const KernelConnCallbacks context_conn_callbacks = {
         .on_reply = conn_on_reply,
         .on_iopub = conn_on_iopub,
         .on_hb = conn_on_hb,
@@ -464,27 +307,27 @@ void context_resumed(Context *c) {
         c->hb_missed = 0;
         c->hb_outstanding = false;
         if (c->state == CONTEXT_STARTING)
-                uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
+                uv_timer_start(&c->timer, context_deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         else if (c->state == CONTEXT_STOPPING && c->stop_phase < 2)
                 uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
         else if (c->state == CONTEXT_UNRESPONSIVE)
                 c->unresponsive_since = now_usec(CLOCK_MONOTONIC);
 }
 
-static void send_kernel_info(Context *c) {
+void context_send_kernel_info(Context *c) {
         int r = kernel_conn_send(c->conn, CHANNEL_SHELL, "kernel_info_request", json_object(), NULL);
 
         if (r < 0)
                 log_warning_errno(r, "%s: failed to send kernel_info_request: %m", c->name);
 }
 
-static void info_timer_cb(uv_timer_t *t) {
+void context_info_timer_cb(uv_timer_t *t) {
         Context *c = t->data;
 
         if (c->state == CONTEXT_STARTING && c->conn) {
                 /* Once the kernel has answered, only the iopub subscription is missing:
                  * each request makes it publish again. */
-                send_kernel_info(c);
+                context_send_kernel_info(c);
         } else if (c->state == CONTEXT_READY || c->state == CONTEXT_BUSY) {
                 /* Ready long enough: the next failure starts the backoff from the beginning. */
                 c->failures = 0;
@@ -497,7 +340,7 @@ static void context_became_ready(Context *c) {
 
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
-        uv_timer_start(&c->info_timer, info_timer_cb, c->cfg->backoff_reset / USEC_PER_MSEC, 0);
+        uv_timer_start(&c->info_timer, context_info_timer_cb, c->cfg->backoff_reset / USEC_PER_MSEC, 0);
         /* last_error keeps the last failure (status shows it beside last_exit) unless this launch has a note. */
         if (c->pending_error) {
                 context_set_error(c, c->pending_error);
@@ -661,7 +504,7 @@ static void context_handle_exit(Context *c) {
         context_schedule_restart(c);
 }
 
-static void pid_poll_cb(uv_poll_t *p, int status, int events) {
+void context_pid_poll_cb(uv_poll_t *p, int status, int events) {
         context_handle_exit(p->data);
 }
 
@@ -704,7 +547,7 @@ static void context_schedule_restart(Context *c) {
 }
 
 /* A launch that failed before a process existed (bad user, exec error, ...). */
-static void context_launch_failed(Context *c, const char *msg) {
+void context_launch_failed(Context *c, const char *msg) {
         log_error("%s: %s", c->name, msg);
         context_set_error(c, msg);
         c->st.last_exit = (ExitInfo){ 0 };
@@ -712,333 +555,6 @@ static void context_launch_failed(Context *c, const char *msg) {
         /* Keep to the table's path: a failure follows a start. */
         context_set_state(c, CONTEXT_STARTING);
         context_schedule_restart(c);
-}
-
-/* ---- Launch ---- */
-
-static void deadline_cb(uv_timer_t *t) {
-        Context *c = t->data;
-        char d[32], msg[160];
-
-        if (c->state != CONTEXT_STARTING || c->pid <= 0)
-                return;
-        if (c->host->clock_check(c->host->userdata))
-                return; /* a freeze, not a hang: context_resumed() re-armed the deadline */
-        snprintf(msg, sizeof msg, "%s within start_timeout (%s); killed",
-                 c->adopting ? "the adopted kernel did not answer kernel_info" : "did not answer kernel_info",
-                 format_duration(d, sizeof d, c->cfg->start_timeout));
-        free(c->pending_error);
-        c->pending_error = strdup(msg);
-        c->deadline_hit = true;
-        (void) kill(-c->pid, SIGKILL);
-}
-
-/* Makes sure the TCP ports are free to bind; a port another process holds is
- * replaced by a free one (and said so), since a clash on iopub would hang the
- * kernel until the start deadline. Without ports to keep (none yet, or the
- * last kernel was on ipc), allocates five. */
-static int context_prepare_ports(Context *c, bool keep, char **ret_note) {
-        const ContextHost *h = c->host;
-        _cleanup_free_ uint16_t *taken = NULL;
-        size_t n_taken = 0;
-        uint16_t fresh[_CHANNEL_MAX];
-        unsigned used = 0;
-        char note[512] = "";
-        int r;
-
-        r = h->taken_ports(h->userdata, c, &taken, &n_taken);
-        if (r < 0)
-                return r;
-        if (!keep)
-                return ports_allocate(c->name, c->st.conn.ip, h->port_min, h->port_max, taken, n_taken,
-                                      c->st.conn.ports);
-        for (int ch = 0; ch < _CHANNEL_MAX; ch++) {
-                uint16_t port = c->st.conn.ports[ch];
-                bool in_range = port >= h->port_min && port <= h->port_max;
-                if (in_range && port_is_free(c->st.conn.ip, port) != 0)
-                        continue;
-                if (used == 0) {
-                        /* Our own ports count as taken too, so a replacement never collides with them. */
-                        uint16_t *t = realloc(taken, sizeof(uint16_t) * (n_taken + _CHANNEL_MAX));
-                        if (!t)
-                                return -ENOMEM;
-                        taken = t;
-                        memcpy(taken + n_taken, c->st.conn.ports, sizeof c->st.conn.ports);
-                        n_taken += _CHANNEL_MAX;
-                        r = ports_allocate(c->name, c->st.conn.ip, h->port_min, h->port_max, taken, n_taken, fresh);
-                        if (r < 0)
-                                return r;
-                }
-                size_t l = strlen(note);
-                snprintf(note + l, sizeof note - l, "%s%s port %u %s; moved to %u", l ? ", " : "",
-                         channel_to_string(ch), port, in_range ? "was in use" : "is outside port_range", fresh[used]);
-                c->st.conn.ports[ch] = fresh[used++];
-                c->conn_saved = false;
-        }
-        if (used > 0)
-                *ret_note = strdup(note);
-        return 0;
-}
-
-/* The next kernel's connection: the persisted key (a new one the first time), and the transport the
- * configuration asks for now, on its stable ports or socket paths. */
-static int context_prepare_conn(Context *c, char **ret_note) {
-        bool had_tcp = c->st.has_conn && c->st.conn.transport == TRANSPORT_TCP;
-        ConnectionInfo before = c->st.conn;
-        int r;
-
-        if (!c->st.has_conn) {
-                r = connection_key_new(c->st.conn.key);
-                if (r < 0)
-                        return r;
-        }
-        c->st.conn.transport = c->cfg->transport;
-        r = connection_info_set_address(&c->st.conn, c->host->runtime_dir, c->name);
-        if (r >= 0 && c->cfg->transport == TRANSPORT_TCP)
-                r = context_prepare_ports(c, had_tcp, ret_note);
-        if (r < 0)
-                return r;
-        /* Whatever changed (a new key, another transport, moved ports) goes to disk before a kernel uses it. */
-        if (!c->st.has_conn || memcmp(&before, &c->st.conn, sizeof before) != 0)
-                c->conn_saved = false;
-        c->st.has_conn = true;
-        return 0;
-}
-
-static int fail_path(char **ret_error, const char *what, const char *path, const char *why, int r) {
-        if (asprintf(ret_error, "Failed to %s %s: %s", what, path, why) < 0)
-                *ret_error = NULL;
-        return r;
-}
-
-static int context_write_files(Context *c, char **ret_kernel_file, char **ret_error) {
-        _cleanup_free_ char *dir = NULL, *kfile = NULL, *text = NULL, *reason = NULL;
-        uid_t uid = c->user.change ? c->user.uid : (uid_t) -1;
-        gid_t gid = c->user.change ? c->user.gid : (gid_t) -1;
-        int r;
-
-        /* The kernel's private copy: ipykernel rewrites the file it is given. */
-        if (asprintf(&dir, "%s/kernels/%s", c->host->runtime_dir, c->name) < 0 ||
-            asprintf(&kfile, "%s/kernel.json", dir) < 0)
-                return -ENOMEM;
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                return fail_path(ret_error, "create", dir, strerror(errno), -errno);
-        if (c->user.change && chown(dir, uid, gid) < 0)
-                return fail_path(ret_error, "chown", dir, strerror(errno), -errno);
-        text = connection_info_format(&c->st.conn);
-        if (!text)
-                return -ENOMEM;
-        r = write_file_atomic(kfile, text, strlen(text), 0600, uid, gid);
-        if (r < 0)
-                return fail_path(ret_error, "write", kfile, strerror(-r), r);
-        r = connection_file_publish(c->cfg->connection_file, &c->st.conn, &c->user, c->cfg->connection_file_published,
-                                    &reason);
-        if (r < 0)
-                return fail_path(ret_error, "write the connection file", c->cfg->connection_file,
-                                 reason ?: strerror(-r), r);
-        *ret_kernel_file = TAKE_PTR(kfile);
-        return 0;
-}
-
-/* A launch that did not happen takes its identity back: nothing ran under it. */
-static void context_identity_undo(Context *c) {
-        memcpy(c->st.kernel_id, c->prev.kernel_id, sizeof c->st.kernel_id);
-        c->st.incarnation = c->prev.incarnation;
-        c->st.restarts = c->prev.restarts;
-        c->st.pid = 0;
-}
-
-/* Write ahead: a new kernel's identity (incarnation, kernel_id), ports and key are on disk before anything
- * is published or launched, so an incarnation is never handed out twice and a connection file never names
- * ports or a key the next daemon would not know. New or moved ports and key are written here, before the
- * connection file; otherwise the write of the pid before exec (context_place) carries the new identity,
- * one write per launch. When a write fails the identity is taken back; ports and key stay in memory for
- * the next attempt, never made anew. */
-static int context_persist_identity(Context *c) {
-        int r;
-
-        memcpy(c->prev.kernel_id, c->st.kernel_id, sizeof c->prev.kernel_id);
-        c->prev.incarnation = c->st.incarnation;
-        c->prev.restarts = c->st.restarts;
-        uuid_random(c->st.kernel_id);
-        if (c->st.incarnation > 0)
-                c->st.restarts++;
-        c->st.incarnation++;
-        c->st.pid = 0;
-        if (c->conn_saved)
-                return 0;
-        r = context_save(c);
-        if (r < 0)
-                context_identity_undo(c);
-        return r;
-}
-
-/* The limits are in place (systemd answered for the scope, or did not in time): the kernel may exec.
- * Its exec failing is an exit like any other, with the step as its error. */
-static void context_limits_done(Limits *l, void *userdata) {
-        Context *c = userdata;
-        char *err = NULL;
-
-        if (resources_wanted(c->cfg) && l->note)
-                log_warning("%s: %s", c->name, l->note);
-        if (spawn_release(&c->release, &err) < 0 && err) {
-                free(c->pending_error);
-                c->pending_error = err;
-        } else
-                free(err);
-}
-
-/* The forked kernel waits before exec. Its pid goes to disk first, so that a kernel that runs can always
- * be adopted by the next daemon (none is ever orphaned); when that write fails it never execs. Then it
- * is put under its limits, in a cgroup of its own where the system allows; while systemd has not
- * answered for a scope, it goes on waiting (SPAWN_DEFER), and context_limits_done() releases it. */
-static int context_place(pid_t pid, void *userdata, char **ret_error) {
-        Context *c = userdata;
-        int r;
-
-        c->st.pid = pid;
-        (void) proc_pid_starttime(pid, &c->st.pid_starttime);
-        snprintf(c->st.boot_id, sizeof c->st.boot_id, "%s", c->host->boot_id);
-        c->st.started_at = now_usec(CLOCK_REALTIME);
-        r = context_save(c);
-        if (r < 0) {
-                context_identity_undo(c);
-                if (asprintf(ret_error, "not launched: %s", c->save_error ?: strerror(-r)) < 0)
-                        *ret_error = NULL;
-                return r;
-        }
-        return resources_apply_async(c->host->loop, c->cfg, c->name, pid, &c->limits, context_limits_done, c) > 0
-                       ? SPAWN_DEFER
-                       : 0;
-}
-
-static void context_launch(Context *c) {
-        _cleanup_free_ char *err = NULL, *note = NULL, *kfile = NULL;
-        _cleanup_strv_free_ char **argv = NULL, **env = NULL;
-        char *extra[64 + 3] = { 0 };
-        char idvar[64], ctxvar[128];
-        size_t n_extra = 0;
-        int outfd, r;
-
-        uv_timer_stop(&c->timer);
-        c->deadline_hit = false;
-        c->got_info = c->got_iopub = false;
-        free(c->pending_error);
-        c->pending_error = NULL;
-
-        if (!c->user_resolved) {
-                r = spawn_user_resolve(c->cfg->user, c->cfg->group, &c->user, &err);
-                if (r < 0)
-                        return context_launch_failed(c, err ?: "cannot resolve the user");
-                c->user_resolved = true;
-        }
-        r = context_prepare_conn(c, &note);
-        if (r < 0) {
-                char msg[256];
-                if (c->cfg->transport == TRANSPORT_IPC)
-                        snprintf(msg, sizeof msg, "cannot set up the kernel's socket paths below %s: %s",
-                                 c->host->runtime_dir, strerror(-r));
-                else
-                        snprintf(msg, sizeof msg, "no free ports in port_range %u-%u: %s", c->host->port_min,
-                                 c->host->port_max, strerror(-r));
-                return context_launch_failed(c, msg);
-        }
-        if (c->st.conn.transport == TRANSPORT_IPC) {
-                _cleanup_free_ char *failed = NULL;
-                r = ipc_dir_prepare(c->host->runtime_dir, c->name, c->user.change ? c->user.uid : (uid_t) -1,
-                                    c->user.change ? c->user.gid : (gid_t) -1, &failed);
-                if (r < 0) {
-                        char msg[PATH_MAX + 128];
-                        snprintf(msg, sizeof msg, "cannot prepare %s for the kernel's sockets: %s",
-                                 failed ?: c->host->runtime_dir, strerror(-r));
-                        return context_launch_failed(c, msg);
-                }
-        }
-        if (note)
-                log_warning("%s: %s", c->name, note);
-        r = context_persist_identity(c);
-        if (r < 0) {
-                char msg[600];
-                snprintf(msg, sizeof msg, "not launched: %s", c->save_error ?: strerror(-r));
-                return context_launch_failed(c, msg);
-        }
-        r = context_write_files(c, &kfile, &err);
-        if (r < 0)
-                return context_launch_failed(c, err ?: strerror(-r));
-
-        r = context_config_expand_argv(c->cfg, kfile, &argv);
-        if (r < 0)
-                return context_launch_failed(c, "out of memory");
-        snprintf(idvar, sizeof idvar, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
-        snprintf(ctxvar, sizeof ctxvar, "KERNELSUP_CONTEXT=%s", c->name);
-        for (char **e = c->cfg->env; *e && n_extra < 64; e++)
-                extra[n_extra++] = *e;
-        extra[n_extra++] = ctxvar;
-        extra[n_extra++] = idvar;
-        r = spawn_env_build(&c->user, extra, &env);
-        if (r < 0)
-                return context_launch_failed(c, "out of memory");
-
-        outfd = out_pipe_open(c);
-        if (outfd < 0)
-                return context_launch_failed(c, "cannot create the output pipe");
-        SpawnParams p = {
-                .argv = argv,
-                .env = env,
-                .cwd = c->cfg->cwd ?: (c->user.home && c->user.change ? c->user.home : "/"),
-                .user = &c->user,
-                .stdout_fd = outfd,
-                .prepare = context_place,
-                .userdata = c,
-                .pending = &c->release,
-        };
-        resources_release(&c->limits);
-        free(err);
-        err = NULL;
-        r = spawn_kernel(&p, &c->pid, &c->pidfd, &err);
-        close(outfd);
-        if (r < 0) {
-                c->st.started_at = now_usec(CLOCK_REALTIME);
-                c->st.last_exit = (ExitInfo){ 0 };
-                return context_launch_failed(c, err ?: strerror(-r));
-        }
-
-        if (resources_wanted(c->cfg) && c->limits.note && !c->limits.scope)
-                log_warning("%s: %s", c->name, c->limits.note);
-        /* The note about moved ports stays as last_error once the kernel is ready. */
-        c->pending_error = TAKE_PTR(note);
-
-        c->pid_poll = malloc(sizeof(uv_poll_t));
-        if (!c->pid_poll || uv_poll_init(c->host->loop, c->pid_poll, c->pidfd) < 0) {
-                free(c->pid_poll);
-                c->pid_poll = NULL;
-                (void) kill(-c->pid, SIGKILL);
-                (void) waitid(P_PIDFD, (id_t) c->pidfd, &(siginfo_t){ 0 }, WEXITED);
-                close(c->pidfd);
-                c->pid = 0;
-                resources_release(&c->limits);
-                spawn_pending_drop(&c->release);
-                return context_launch_failed(c, "cannot watch the kernel process");
-        }
-        c->pid_poll->data = c;
-        uv_poll_start(c->pid_poll, UV_READABLE, pid_poll_cb);
-
-        log_info("%s: launched kernel %s (pid %d, incarnation %llu)", c->name, c->st.kernel_id, (int) c->pid,
-                 (unsigned long long) c->st.incarnation);
-        context_set_state(c, CONTEXT_STARTING);
-
-        c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
-        if (r < 0) {
-                log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
-                free(c->pending_error);
-                c->pending_error = strdup("cannot connect to the kernel's ports");
-                (void) kill(-c->pid, SIGKILL);
-                return;
-        }
-        send_kernel_info(c);
-        uv_timer_start(&c->info_timer, info_timer_cb, KERNEL_INFO_RESEND_MSEC, KERNEL_INFO_RESEND_MSEC);
-        uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
 }
 
 /* ---- Stop ---- */
@@ -1269,7 +785,7 @@ int context_adopt(Context *c, char **ret_reason) {
         c->st.pid = pid;
         c->pidfd = TAKE_FD(fd);
         c->pid_poll->data = c;
-        uv_poll_start(c->pid_poll, UV_READABLE, pid_poll_cb);
+        uv_poll_start(c->pid_poll, UV_READABLE, context_pid_poll_cb);
         c->want_running = true;
         c->adopting = true;
         c->got_info = c->got_iopub = false;
@@ -1285,15 +801,15 @@ int context_adopt(Context *c, char **ret_reason) {
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
         if (r < 0) {
                 c->pending_error = strdup("cannot connect to the adopted kernel's ports");
                 (void) kill(-pid, SIGKILL);
                 return 1;
         }
-        send_kernel_info(c);
-        uv_timer_start(&c->info_timer, info_timer_cb, KERNEL_INFO_RESEND_MSEC, KERNEL_INFO_RESEND_MSEC);
-        uv_timer_start(&c->timer, deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
+        context_send_kernel_info(c);
+        uv_timer_start(&c->info_timer, context_info_timer_cb, KERNEL_INFO_RESEND_MSEC, KERNEL_INFO_RESEND_MSEC);
+        uv_timer_start(&c->timer, context_deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         return 1;
 }
 

@@ -1,0 +1,86 @@
+/* Inside a context: the state shared by context.c (states, exit, restart,
+ * stop, status) and context-launch.c (ports, files, placement and the launch
+ * of a kernel, its output to the log). Not for use outside those two files. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "context.h"
+#include "exec.h"
+#include "jupyter.h"
+#include "resources.h"
+#include "spawn.h"
+#include "util.h"
+
+/* How often an unanswered kernel_info_request is sent again while starting:
+ * a request sent before the kernel bound its shell port is queued by libzmq
+ * and delivered on connect, but one that reached a dying earlier process is
+ * lost; and until an iopub message arrives the SUB socket may not be
+ * subscribed yet, so a reply alone does not make the kernel ready (each
+ * request makes the kernel publish its busy/idle status). */
+#define KERNEL_INFO_RESEND_MSEC 250
+/* How long the loop waits for a kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
+#define LEFTOVER_WAIT_USEC (2 * USEC_PER_SEC)
+
+/* status's transport_note for a kernel on tcp. */
+#define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
+
+struct Context {
+        const ContextHost *host; /* borrowed */
+        ContextConfig *cfg;      /* owned: a copy, so a reload can replace the Config */
+        char *name;
+
+        ContextStateKind state;
+        bool want_running;
+        bool restart_pending; /* stop in progress, then launch at once */
+
+        ContextState st; /* persisted */
+        SpawnUser user;  /* resolved at launch */
+        bool user_resolved;
+
+        pid_t pid; /* 0 when no process */
+        int pidfd;
+        uv_poll_t *pid_poll; /* NULL when none; freed in its close callback */
+        KernelConn *conn;
+        size_t max_message;       /* conn's bound on one frame, from output_limit when it was made */
+        ExecQueue *exec;          /* cells, one at a time; outlives kernels */
+        bool deadline_hit;        /* the start deadline killed it */
+        bool adopting;            /* the process is an earlier daemon's kernel, not launched by us */
+        bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
+        Limits limits;            /* where the kernel's limits come from, its OOM counter */
+        SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
+        char *pending_error;      /* why the current launch failed, set before its exit */
+        char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
+        bool conn_saved;          /* st's ports and key are on disk as they are now */
+        struct {
+                char kernel_id[37];
+                uint64_t incarnation;
+                unsigned restarts;
+        } prev; /* the identity before this launch, taken back when it is not launched */
+
+        uv_timer_t timer;          /* start deadline, backoff, cool-down, stop escalation */
+        uv_timer_t info_timer;     /* kernel_info resend while starting; backoff reset while ready */
+        uv_timer_t hb_timer;       /* heartbeat pings while running */
+        bool hb_outstanding;       /* a ping has not come back yet */
+        unsigned hb_missed;        /* consecutive pings that did not come back within an interval */
+        uint64_t hb_answers;       /* pings answered, ever */
+        usec_t unresponsive_since; /* CLOCK_MONOTONIC */
+        int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
+        unsigned failures;         /* consecutive, for the backoff */
+        StartLimit limit;
+        int n_open_handles;
+};
+
+/* context.c */
+extern const KernelConnCallbacks context_conn_callbacks;
+void context_set_state(Context *c, ContextStateKind to);
+int context_save(Context *c);
+void context_send_kernel_info(Context *c);
+void context_info_timer_cb(uv_timer_t *t);
+void context_pid_poll_cb(uv_poll_t *p, int status, int events);
+void context_launch_failed(Context *c, const char *msg);
+
+/* context-launch.c */
+void context_deadline_cb(uv_timer_t *t);
+void context_launch(Context *c);
