@@ -60,6 +60,7 @@ typedef enum ValueType {
         VALUE_RESTART,
         VALUE_PORTS,
         VALUE_TRANSPORT,
+        VALUE_PRELOAD,
 } ValueType;
 
 /* Parses value into *data, which it writes only on success. On -EINVAL, *ret_reason says why in a few words. */
@@ -452,6 +453,26 @@ static int parse_transport(const char *value, void *data, const char **ret_reaso
         return 0;
 }
 
+static const char *const preload_names[_PRELOAD_MAX] = {
+        [PRELOAD_AUTO] = "auto",
+        [PRELOAD_YES] = "yes",
+        [PRELOAD_NO] = "no",
+};
+
+const char *preload_to_string(Preload p) {
+        return p >= 0 && p < _PRELOAD_MAX ? preload_names[p] : NULL;
+}
+
+static int parse_preload(const char *value, void *data, const char **ret_reason) {
+        for (Preload p = 0; p < _PRELOAD_MAX; p++)
+                if (streq(value, preload_names[p])) {
+                        *(Preload *) data = p;
+                        return 0;
+                }
+        *ret_reason = "expected auto, yes or no";
+        return -EINVAL;
+}
+
 static int parse_count(const char *value, void *data, const char **ret_reason) {
         unsigned long long v;
 
@@ -494,6 +515,7 @@ enum {
         KEY_TASKS_MAX,
         KEY_TRANSPORT,
         KEY_SHUTDOWN_GRACE,
+        KEY_PRELOAD,
         _KEY_MAX,
 };
 
@@ -536,6 +558,7 @@ static const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_TASKS_MAX] = CONTEXT_KEY("tasks_max", parse_tasks, tasks_max, VALUE_UNSIGNED),
         [KEY_TRANSPORT] = CONTEXT_KEY("transport", parse_transport, transport, VALUE_TRANSPORT),
         [KEY_SHUTDOWN_GRACE] = CONTEXT_KEY("shutdown_grace", parse_duration_positive, shutdown_grace, VALUE_USEC),
+        [KEY_PRELOAD] = CONTEXT_KEY("preload", parse_preload, preload, VALUE_PRELOAD),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -563,6 +586,8 @@ static size_t value_size(ValueType t) {
                 return sizeof(RestartPolicy);
         case VALUE_TRANSPORT:
                 return sizeof(Transport);
+        case VALUE_PRELOAD:
+                return sizeof(Preload);
         default:
                 return 0;
         }
@@ -1085,6 +1110,39 @@ static int parser_check_ipc_path(Parser *p, const Section *s, const ContextConfi
                            s->cc.source.line, section_label(s, label, sizeof label), reason);
 }
 
+const char *argv_python_module(char *const *argv) {
+        if (!argv || !argv[0] || argv[0][0] != '/' || !argv[1] || !streq(argv[1], "-m") || !argv[2] ||
+            !argv[2][0] || argv[2][0] == '-')
+                return NULL;
+        return argv[2];
+}
+
+const char *context_config_preload_module(const ContextConfig *cc, const char **ret_why) {
+        const char *module = argv_python_module(cc->argv);
+
+        if (cc->preload == PRELOAD_NO)
+                *ret_why = "preload = no";
+        else if (!module)
+                *ret_why = "argv is not PYTHON -m MODULE";
+        else if (cc->preload == PRELOAD_AUTO && !streq(module, "ipykernel_launcher") && !streq(module, "ipykernel"))
+                *ret_why = "preload = auto, and argv runs another module than ipykernel_launcher";
+        else
+                return module;
+        return NULL;
+}
+
+/* preload = yes is a promise about argv: said where it was set, rather than as a cold start at every launch. */
+static int parser_check_preload(Parser *p, const Section *s, const ContextConfig *cc) {
+        const Section *from;
+
+        if (cc->preload != PRELOAD_YES || argv_python_module(cc->argv))
+                return 0;
+        from = parser_setter(p, s, KEY_PRELOAD);
+        return parser_fail_key(p, from->cc.source.file, from->keys[KEY_PRELOAD].line, from, "preload",
+                               from->keys[KEY_PRELOAD].raw,
+                               "argv must then be an absolute interpreter, -m and a module (PYTHON -m MODULE ...)");
+}
+
 static size_t placeholders_expand_into(char *out, const char *s, const char *kernel_file, const char *name) {
         size_t n = 0;
 
@@ -1413,6 +1471,9 @@ static int parser_resolve(Parser *p) {
                 if (r < 0)
                         return r;
                 r = parser_check_ipc_path(p, p->contexts[i], &c->contexts[i]);
+                if (r < 0)
+                        return r;
+                r = parser_check_preload(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return r;
         }

@@ -821,6 +821,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
         context_state_done(&c->st);
         spawn_user_done(&c->user);
         resources_release(&c->limits);
+        free(c->cold_why);
         spawn_pending_drop(&c->release);
         context_config_free(c->cfg);
         free(c->pending_error);
@@ -879,7 +880,7 @@ json_t *context_to_json(const Context *c) {
         Transport transport = running && c->st.has_conn ? c->st.conn.transport : c->cfg->transport;
         const char *note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL;
 
-        return json_pack(
+        json_t *j = json_pack(
                 "{s:s, s:s, s:o, s:o, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:i, s:o, s:s, s:o}", "name",
                 c->name, "state", context_state_to_string(c->state), "pid",
                 running ? json_integer(c->pid) : json_null(), "kernel_id",
@@ -892,4 +893,12 @@ json_t *context_to_json(const Context *c) {
                 count >= 0 ? json_integer(count) : json_null(), "last_activity", json_timestamp(activity), "queued",
                 (int) exec_queue_pending(c->exec), "limits", resources_to_json(c->cfg, &c->limits), "transport",
                 transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
+        /* Which way the running kernel was started, and why not preloaded (unknown for an adopted cold one). */
+        if (j) {
+                (void) json_object_set_new(j, "started",
+                                           running ? json_string(c->st.preloaded ? "preloaded" : "cold") : json_null());
+                (void) json_object_set_new(j, "start_note",
+                                           running && c->cold_why ? json_string(c->cold_why) : json_null());
+        }
+        return j;
 }

@@ -17,6 +17,9 @@
  *   last_error      string or null
  *   transport       "ipc" or "tcp"
  *   transport_note  null, or for tcp a sentence: any local user can reach the kernel
+ *   started         null when not running, "preloaded" (forked by a preloaded launcher) or "cold"
+ *   start_note      null, or why a running kernel was started cold ("preload = no", "the preloaded
+ *                   launcher is still importing", ...)
  * The supervisor object of "status": pid, version, generation, boot_id,
  * started_at, uptime. */
 #include <errno.h>

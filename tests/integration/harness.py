@@ -37,6 +37,7 @@ KERNELCTL = os.path.join(BUILDDIR, "kernelctl")
 # The stub kernel (`make tests/stubkernel`): a few MiB instead of ipykernel's 50, for tests with many contexts.
 STUBKERNEL = os.path.join(BUILDDIR, "tests", "stubkernel")
 STUB_ARGV = f"{STUBKERNEL} -f {{kernel_file}}"
+PRELOAD_SCRIPT = os.path.join(SRCDIR, "src", "kernelsup-preload.py")
 IPYKERNEL_ARGV = "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file} --HistoryManager.hist_file=:memory:"
 
 SANITIZER_MARKERS = ("AddressSanitizer", "runtime error:", "LeakSanitizer")
@@ -453,6 +454,8 @@ class Daemon:
         env["NOTIFY_SOCKET"] = self.notify_path
         # Marks every process that inherits the daemon's environment as ours.
         env["KS_TEST_TAG"] = self.tmp
+        # The preloaded launcher of this source tree, rather than an installed one.
+        env["KERNELSUP_PRELOAD_SCRIPT"] = PRELOAD_SCRIPT
         return env
 
     def _open_notify(self):
