@@ -131,13 +131,18 @@ def _fail(errfd, step, err):
     os._exit(127)
 
 
-def _run_kernel(req, out, go, err, dispositions, base_path):
+def _run_kernel(req, out, go, err, dispositions, base_path, env_by_imports):
     """In the kernel: lead a session, wait to be placed, set up as a cold start, run the module."""
     argv, env, cwd = req["argv"], req["env"], req["cwd"]
     try:
         os.setsid()
     except OSError as e:
         _fail(err, STEP_SETSID, e.errno)
+    # Until it runs the module it is as a cold kernel before exec: every signal's default action, none blocked
+    # (the daemon's SIGTERM ends a kernel still waiting for its scope).
+    for sig in dispositions:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     # The daemon's go comes once the pid is on disk and the kernel is in its cgroup or scope.
     if os.read(go, 1) != b"g":
         os._exit(127)
@@ -164,14 +169,16 @@ def _run_kernel(req, out, go, err, dispositions, base_path):
     for kv in env:
         k, _, v = kv.partition("=")
         os.environ[k] = v
-    # Python's startup state: its signal dispositions (as at the preloader's start, which a cold start
-    # shares) and an empty mask.
+    # And what the preloaded imports did to it (debugpy sets PYDEVD_USE_FRAME_EVAL), which a cold start's
+    # imports would do too: its environment is the launcher's but for the per-launch variables.
+    for k, v in env_by_imports.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    # Python's startup dispositions, as at the launcher's start (which a cold start shares).
     for sig, handler in dispositions.items():
-        try:
-            signal.signal(sig, handler)
-        except (OSError, ValueError, TypeError):
-            pass
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        signal.signal(sig, handler)
     sys.path[:] = [os.getcwd()] + base_path
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
@@ -184,7 +191,7 @@ def _run_kernel(req, out, go, err, dispositions, base_path):
     runpy._run_module_as_main(argv[2], alter_argv=True)
 
 
-def _launch(sock, req, fds, fingerprint, names, dispositions, base_path):
+def _launch(sock, req, fds, fingerprint, names, *kernel_state):
     """One request: a kernel forked twice (its pid to the daemon), or why not. Returns False when
     this launcher must end (stale)."""
     changed = _changed(fingerprint)
@@ -198,14 +205,19 @@ def _launch(sock, req, fds, fingerprint, names, dispositions, base_path):
     sys.stdout.flush()
     sys.stderr.flush()
     r, w = os.pipe()
+    # No signal reaches the Python side of the intermediate or of the kernel before the kernel has set up
+    # its own dispositions and mask.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     mid = os.fork()
-    if mid == 0:
+    if mid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    else:
         os.close(r)
         sock.close()
         kid = os.fork()
         if kid == 0:
             os.close(w)
-            _run_kernel(req, *fds, dispositions, base_path)
+            _run_kernel(req, *fds, *kernel_state)
             raise SystemExit(0)  # the module returned: exit as the interpreter would
         os.write(w, str(kid).encode() if kid > 0 else b"")
         os._exit(0)
@@ -247,7 +259,11 @@ def main():
     module = sys.argv[1]
     dispositions = {s: signal.getsignal(s) for s in signal.valid_signals()
                     if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None}
+    # The launcher's user may signal it: SIGINT would end it with a KeyboardInterrupt in the middle of a
+    # request. A kernel gets Python's own handler back.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     base_path = list(sys.path)
+    startup_env = dict(os.environ)
     wanted = KERNEL_MODULES if module in ("ipykernel_launcher", "ipykernel") else (module.rpartition(".")[0],)
     try:
         for name in BASE_MODULES + wanted:
@@ -267,11 +283,13 @@ def main():
         _send(sock, {"unable": why})
         return 1
     names = {n.split(".", 1)[0] for n in sys.modules} - set(sys.builtin_module_names)
+    env_by_imports = {k: v for k, v in os.environ.items() if startup_env.get(k) != v}
+    env_by_imports.update({k: None for k in startup_env if k not in os.environ})
     fingerprint = _fingerprint()
     # Imported objects stay out of the collector's way, so the kernels share their pages longer.
     gc.freeze()
     _send(sock, {"ready": os.getpid()})
-    _serve(sock, fingerprint, names, dispositions, base_path)
+    _serve(sock, fingerprint, names, dispositions, base_path, env_by_imports)
     return 0
 
 

@@ -37,7 +37,8 @@ typedef enum LauncherState {
 
 typedef struct Launcher {
         PreloadPool *pool;
-        char **key; /* interpreter, module, "uid gid groups...", then the environment */
+        char **key;    /* interpreter, module, "uid gid groups...", then the environment */
+        SpawnUser user; /* its identity: uid, gid and groups (no names) */
         LauncherState state;
         pid_t pid; /* 0 when none */
         int pidfd, sock;
@@ -104,10 +105,13 @@ static void launcher_dead(Launcher *l, const char *why, usec_t retry_after) {
 static void launcher_free(Launcher *l) {
         launcher_close(l);
         if (l->pid > 0) {
+                /* Reaped here: after SIGKILL it is gone at once, and no one else would reap it. */
                 (void) pidfd_send_signal(l->pidfd, SIGKILL, NULL, 0);
+                (void) waitid(P_PIDFD, (id_t) l->pidfd, &(siginfo_t){ 0 }, WEXITED);
                 close(l->pidfd);
         }
         strv_free(l->key);
+        free(l->user.groups);
         free(l->why);
         free(l);
 }
@@ -185,7 +189,7 @@ static int launcher_key(const SpawnParams *p, const char *module, char ***ret) {
 
 /* Starts l's process: the interpreter running the launcher's file for the module, as the context's user, with
  * the environment of the key, the channel as its descriptor 3. Its "ready" comes through the loop. */
-static int launcher_start(Launcher *l, const SpawnParams *kernel) {
+static int launcher_start(Launcher *l) {
         char *argv[] = { l->key[0], l->pool->script, l->key[1], NULL };
         int sv[2], r;
         _cleanup_free_ char *err = NULL;
@@ -196,7 +200,7 @@ static int launcher_start(Launcher *l, const SpawnParams *kernel) {
                 .argv = argv,
                 .env = l->key + 3,
                 .cwd = "/",
-                .user = kernel->user,
+                .user = &l->user,
                 .stdout_fd = STDERR_FILENO,
                 .pass_fd = sv[1],
         };
@@ -233,9 +237,9 @@ static Launcher *launcher_find(PreloadPool *pool, char **key) {
 }
 
 /* Why a launch through l cannot happen now, starting it again when it is time; NULL when it is ready. */
-static const char *launcher_why_not(Launcher *l, const SpawnParams *p) {
+static const char *launcher_why_not(Launcher *l) {
         if (l->state == LAUNCHER_DEAD && l->pid == 0 &&
-            now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC && launcher_start(l, p) < 0)
+            now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC && launcher_start(l) < 0)
                 return l->why;
         if (l->state == LAUNCHER_STARTING)
                 return "the preloaded launcher is still importing";
@@ -351,8 +355,19 @@ static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const cha
         if (!l)
                 return NULL;
         *l = (Launcher){ .pool = pool, .key = TAKE_PTR(key), .pidfd = -1, .sock = -1, .next = pool->launchers };
+        if (p->user && p->user->change) {
+                l->user = (SpawnUser){ .change = true, .uid = p->user->uid, .gid = p->user->gid };
+                l->user.n_groups = p->user->n_groups;
+                l->user.groups = calloc((size_t) l->user.n_groups + 1, sizeof(gid_t));
+                if (l->user.groups)
+                        memcpy(l->user.groups, p->user->groups, sizeof(gid_t) * (size_t) l->user.n_groups);
+                else {
+                        launcher_free(l);
+                        return NULL;
+                }
+        }
         pool->launchers = l;
-        (void) launcher_start(l, p);
+        (void) launcher_start(l);
         return l;
 }
 
@@ -381,7 +396,7 @@ int preload_spawn(PreloadPool *pool, const SpawnParams *p, pid_t *ret_pid, int *
         l = launcher_get(pool, p, module);
         if (!l)
                 return -ENOMEM;
-        why = launcher_why_not(l, p);
+        why = launcher_why_not(l);
         if (why) {
                 *ret_cold = strdup(why);
                 return -EAGAIN;
@@ -435,6 +450,9 @@ bool preload_child_exited(PreloadPool *pool, pid_t pid) {
                 l->pidfd = -1;
                 l->pid = 0;
                 launcher_dead(l, why, PRELOAD_RETRY_USEC);
+                /* One that asked to be renewed (what it imported changed) is started again at once. */
+                if (now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC)
+                        (void) launcher_start(l);
                 return true;
         }
         return false;
