@@ -1111,8 +1111,8 @@ static int parser_check_ipc_path(Parser *p, const Section *s, const ContextConfi
 }
 
 const char *argv_python_module(char *const *argv) {
-        if (!argv || !argv[0] || argv[0][0] != '/' || !argv[1] || !streq(argv[1], "-m") || !argv[2] ||
-            !argv[2][0] || argv[2][0] == '-')
+        if (!argv || !argv[0] || argv[0][0] != '/' || !argv[1] || !streq(argv[1], "-m") || !argv[2] || !argv[2][0] ||
+            argv[2][0] == '-')
                 return NULL;
         return argv[2];
 }

@@ -895,8 +895,8 @@ json_t *context_to_json(const Context *c) {
                 transport_to_string(transport), "transport_note", note ? json_string(note) : json_null());
         /* Which way the running kernel was started, and why not preloaded (unknown for an adopted cold one). */
         if (j) {
-                (void) json_object_set_new(j, "started",
-                                           running ? json_string(c->st.preloaded ? "preloaded" : "cold") : json_null());
+                (void) json_object_set_new(
+                        j, "started", running ? json_string(c->st.preloaded ? "preloaded" : "cold") : json_null());
                 (void) json_object_set_new(j, "start_note",
                                            running && c->cold_why ? json_string(c->cold_why) : json_null());
         }

@@ -37,7 +37,7 @@ typedef enum LauncherState {
 
 typedef struct Launcher {
         PreloadPool *pool;
-        char **key;    /* interpreter, module, "uid gid groups...", then the environment */
+        char **key;     /* interpreter, module, "uid gid groups...", then the environment */
         SpawnUser user; /* its identity: uid, gid and groups (no names) */
         LauncherState state;
         pid_t pid; /* 0 when none */
@@ -238,8 +238,8 @@ static Launcher *launcher_find(PreloadPool *pool, char **key) {
 
 /* Why a launch through l cannot happen now, starting it again when it is time; NULL when it is ready. */
 static const char *launcher_why_not(Launcher *l) {
-        if (l->state == LAUNCHER_DEAD && l->pid == 0 &&
-            now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC && launcher_start(l) < 0)
+        if (l->state == LAUNCHER_DEAD && l->pid == 0 && now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC &&
+            launcher_start(l) < 0)
                 return l->why;
         if (l->state == LAUNCHER_STARTING)
                 return "the preloaded launcher is still importing";
@@ -333,9 +333,9 @@ static pid_t launcher_answer(Launcher *l, int gofd, char **ret_cold) {
          * intermediate parent gone) holding the pipe we made for it. */
         if (pid <= 0 || pid > INT32_MAX || proc_pid_ppid((pid_t) pid) != getpid() ||
             !pid_holds_pipe((pid_t) pid, gofd)) {
-                launcher_dead(l, j ? "the launcher named a process that is not the kernel it forked"
-                                   : "the launcher ended",
-                              PRELOAD_RETRY_USEC);
+                launcher_dead(
+                        l, j ? "the launcher named a process that is not the kernel it forked" : "the launcher ended",
+                        PRELOAD_RETRY_USEC);
                 *ret_cold = strdup(l->why);
                 return 0;
         }
@@ -390,7 +390,8 @@ int preload_spawn(PreloadPool *pool, const SpawnParams *p, pid_t *ret_pid, int *
         }
         /* The kernel's parent is the nearest subreaper once its launcher's child has exited: it must be us. */
         if (!subreaper()) {
-                *ret_cold = strdup("kernelsupd is not a child subreaper, so a preloaded kernel would not be its child");
+                *ret_cold =
+                        strdup("kernelsupd is not a child subreaper, so a preloaded kernel would not be its child");
                 return -EAGAIN;
         }
         l = launcher_get(pool, p, module);

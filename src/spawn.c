@@ -125,8 +125,9 @@ void spawn_user_done(SpawnUser *u) {
 
 static bool env_is_private(const char *e) {
         static const char *const names[] = {
-                "NOTIFY_SOCKET", "WATCHDOG_USEC",  "WATCHDOG_PID",   "LISTEN_FDS",
-                "LISTEN_PID",    "LISTEN_FDNAMES", "JPY_PARENT_PID", "KERNELSUP_SOCKET", "KERNELSUP_PRELOAD_SCRIPT",
+                "NOTIFY_SOCKET",  "WATCHDOG_USEC",    "WATCHDOG_PID",
+                "LISTEN_FDS",     "LISTEN_PID",       "LISTEN_FDNAMES",
+                "JPY_PARENT_PID", "KERNELSUP_SOCKET", "KERNELSUP_PRELOAD_SCRIPT",
         };
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
                 size_t n = strlen(names[i]);

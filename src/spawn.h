@@ -60,7 +60,7 @@ typedef struct SpawnPending {
         int gofd; /* -1: none */
         int errfd;
         int timeout_msec; /* how long spawn_release() waits for the child's report; -1: until it comes */
-        char *exe; /* for the message: argv[0] and cwd */
+        char *exe;        /* for the message: argv[0] and cwd */
         char *cwd;
 } SpawnPending;
 
