@@ -51,7 +51,8 @@ static bool state_equal(const ContextState *a, const ContextState *b) {
                 return false;
         return a->incarnation == b->incarnation && a->restarts == b->restarts && streq(a->kernel_id, b->kernel_id) &&
                a->pid == b->pid && a->pid_starttime == b->pid_starttime && streq(a->boot_id, b->boot_id) &&
-               a->started_at == b->started_at && a->preloaded == b->preloaded && exit_equal(&a->last_exit, &b->last_exit);
+               a->started_at == b->started_at && a->preloaded == b->preloaded &&
+               exit_equal(&a->last_exit, &b->last_exit);
 }
 
 static void test_roundtrip(void) {
