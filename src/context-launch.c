@@ -334,6 +334,11 @@ void context_launch(Context *c) {
         size_t n_extra = 0;
         int outfd, r;
 
+        /* The last kernel's leftovers may still hold its ports or sockets: they go first (milliseconds). */
+        if (c->leftovers) {
+                c->launch_deferred = true;
+                return;
+        }
         uv_timer_stop(&c->timer);
         c->deadline_hit = false;
         c->got_info = c->got_iopub = false;
@@ -442,7 +447,8 @@ void context_launch(Context *c) {
         context_set_state(c, CONTEXT_STARTING);
 
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
+                            &c->conn);
         if (r < 0) {
                 log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
                 free(c->pending_error);

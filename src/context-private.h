@@ -20,7 +20,7 @@
  * subscribed yet, so a reply alone does not make the kernel ready (each
  * request makes the kernel publish its busy/idle status). */
 #define KERNEL_INFO_RESEND_MSEC 250
-/* How long the loop waits for a kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
+/* How long a launch waits for the last kernel's leftovers to be gone (killed with SIGKILL: milliseconds). */
 #define LEFTOVER_WAIT_USEC (2 * USEC_PER_SEC)
 
 /* status's transport_note for a kernel on tcp. */
@@ -71,6 +71,9 @@ struct Context {
         unsigned failures;         /* consecutive, for the backoff */
         StartLimit limit;
         int n_open_handles;
+        LeftoverEnd *leftovers; /* the last kernel's leftovers, still being ended; NULL when none */
+        bool launch_deferred;   /* a launch waits for them */
+        bool stop_deferred;     /* a stop ends (stopped, or the launch of a restart) once they are gone */
 };
 
 /* context.c */

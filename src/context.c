@@ -398,27 +398,64 @@ static void context_remove_sockets(Context *c) {
                 log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's sockets");
 }
 
-/* The last step of every stop and exit: what the kernel left behind outside its process group (a cell's
- * process that forked, setsid()s and ignores SIGTERM) would hold its ports, and the next launch would move
- * them. Everything in its cgroup is ended, or without one, what we inherited from it as subreaper. */
-static void context_end_group(Context *c) {
+static void log_leftovers(const Context *c, int r, GroupKill kill, const char *group) {
         static const char *const how[] = {
                 [GROUP_KILL_NONE] = "as subreaper",
                 [GROUP_KILL_V2] = "cgroup.kill",
                 [GROUP_KILL_FREEZE] = "cgroup freezer",
                 [GROUP_KILL_PROCS] = "cgroup.procs",
         };
+
+        if (r > 0)
+                log_notice("%s: ended %d process%s kernel %s left behind (%s)", c->name, r, r == 1 ? "" : "es",
+                           c->st.kernel_id, how[kill]);
+        else if (r < 0)
+                log_warning_errno(r, "%s: processes kernel %s left behind in %s are not gone: %m", c->name,
+                                  c->st.kernel_id, group ?: "no cgroup");
+}
+
+static void context_finish_stop(Context *c) {
+        if (c->restart_pending) {
+                c->restart_pending = false;
+                context_launch(c);
+        } else
+                context_set_state(c, CONTEXT_STOPPED);
+}
+
+/* The leftovers are gone (or the wait for them ended): their cgroup goes, then a stop that waited for them
+ * ends, or a launch that waited for them goes ahead. */
+static void leftovers_done(int r, GroupKill kill, const char *group, void *userdata) {
+        Context *c = userdata;
+
+        c->leftovers = NULL;
+        log_leftovers(c, r, kill, group);
+        resources_release(&c->limits);
+        if (c->stop_deferred) {
+                c->stop_deferred = false;
+                context_finish_stop(c);
+        } else if (c->launch_deferred) {
+                c->launch_deferred = false;
+                if (c->want_running)
+                        context_launch(c);
+        }
+}
+
+/* The last step of every stop and exit: what the kernel left behind outside its process group (a cell's
+ * process that forked, setsid()s and ignores SIGTERM) would hold its ports, and the next launch would move
+ * them. Everything in its cgroup is ended, or without one, what we inherited from it as subreaper. The first
+ * round kills at once; should anything be left, the next launch waits for it (see context_launch()), the loop
+ * does not. */
+static void context_end_group(Context *c) {
         char tag[96];
         int r;
 
         snprintf(tag, sizeof tag, "KERNELSUP_KERNEL_ID=%s", c->st.kernel_id);
-        r = resources_end_group(&c->limits, tag, LEFTOVER_WAIT_USEC);
-        if (r > 0)
-                log_notice("%s: ended %d process%s kernel %s left behind (%s)", c->name, r, r == 1 ? "" : "es",
-                           c->st.kernel_id, how[c->limits.kill]);
-        else if (r < 0)
-                log_warning_errno(r, "%s: processes kernel %s left behind in %s are not gone: %m", c->name,
-                                  c->st.kernel_id, c->limits.group ?: "no cgroup");
+        resources_end_group_cancel(c->leftovers);
+        c->leftovers = NULL;
+        r = resources_end_group_start(c->host->loop, &c->limits, tag, LEFTOVER_WAIT_USEC, leftovers_done, c,
+                                      &c->leftovers);
+        if (r != -EINPROGRESS)
+                log_leftovers(c, r, c->limits.kill, c->limits.group);
 }
 
 /* The kernel (our child, or an adopted process) has exited: pidfd readable.
@@ -451,7 +488,8 @@ static void context_handle_exit(Context *c) {
         if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && resources_oom_killed(&c->limits))
                 c->st.last_exit.oom = true;
         context_end_group(c);
-        resources_release(&c->limits);
+        if (!c->leftovers)
+                resources_release(&c->limits);
         spawn_pending_drop(&c->release);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
@@ -475,11 +513,11 @@ static void context_handle_exit(Context *c) {
         if (was == CONTEXT_STOPPING) {
                 log_info("%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
                 context_save(c);
-                if (c->restart_pending) {
-                        c->restart_pending = false;
-                        context_launch(c);
-                } else
-                        context_set_state(c, CONTEXT_STOPPED);
+                /* Stopped means nothing of it is left: until then the context stays stopping. */
+                if (c->leftovers)
+                        c->stop_deferred = true;
+                else
+                        context_finish_stop(c);
                 return;
         }
 
@@ -637,6 +675,7 @@ void context_start(Context *c) {
 
 void context_stop(Context *c) {
         c->want_running = false;
+        c->launch_deferred = false;
         c->restart_pending = false;
         context_begin_stop(c);
 }
@@ -801,7 +840,8 @@ int context_adopt(Context *c, char **ret_reason) {
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
+        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
+                            &c->conn);
         if (r < 0) {
                 c->pending_error = strdup("cannot connect to the adopted kernel's ports");
                 (void) kill(-pid, SIGKILL);
@@ -833,6 +873,8 @@ static void context_timer_close_cb(uv_handle_t *h) {
 void context_free(Context *c) {
         if (!c)
                 return;
+        resources_end_group_cancel(c->leftovers);
+        c->leftovers = NULL;
         exec_queue_free(c->exec);
         if (c->conn)
                 kernel_conn_close(c->conn);

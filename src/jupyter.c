@@ -114,17 +114,6 @@ const char *jupyter_msg_parent_id(const JupyterMsg *m) {
         return object_string(m->parent_header, "msg_id");
 }
 
-/* ISO 8601 in UTC with microseconds, as jupyter_client writes dates. */
-static void format_date_usec(char buf[32], usec_t t) {
-        time_t sec = (time_t) (t / USEC_PER_SEC);
-        char base[24];
-        struct tm tm;
-
-        gmtime_r(&sec, &tm);
-        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(buf, 32, "%s.%06lluZ", base, t % USEC_PER_SEC);
-}
-
 int jupyter_msg_new(const char *msg_type, const char *session, json_t *content, JupyterMsg *ret) {
         json_auto_t *c = content;
         json_auto_t *header = NULL;
@@ -142,7 +131,7 @@ int jupyter_msg_new(const char *msg_type, const char *session, json_t *content, 
                 return -EINVAL;
 
         uuid_random(msg_id);
-        format_date_usec(date, now_usec(CLOCK_REALTIME));
+        format_timestamp_usec(date, sizeof date, now_usec(CLOCK_REALTIME));
         header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", msg_id, "msg_type", msg_type, "session",
                            session, "username", "kernelsup", "date", date, "version", JUPYTER_PROTOCOL_VERSION);
         parent = json_object();

@@ -85,17 +85,6 @@ static int read_u64(const char *path, uint64_t *ret) {
         return sscanf(s, "%" SCNu64, ret) == 1 ? 0 : -EBADMSG;
 }
 
-static int write_str(const char *path, const char *value) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        size_t n = strlen(value);
-
-        if (fd < 0)
-                return -errno;
-        if (write(fd, value, n) != (ssize_t) n)
-                return -errno;
-        return 0;
-}
-
 /* Whether pid's own cgroups show each wanted limit. */
 static void limits_verify(const ContextConfig *cc, pid_t pid, Limits *l) {
         _cleanup_free_ char *v2 = cgroup_pid_path(pid, NULL);
@@ -405,12 +394,12 @@ static int cgroup_place(const char *mount, const char *own, const char *name, co
         r = 0;
         for (size_t i = 0; i < n_files && r >= 0; i++) {
                 snprintf(path, sizeof path, "%s/%s", dir, files[i][0]);
-                r = write_str(path, files[i][1]);
+                r = write_string_file(path, files[i][1]);
         }
         if (r >= 0) {
                 snprintf(path, sizeof path, "%s/cgroup.procs", dir);
                 snprintf(pidstr, sizeof pidstr, "%d", (int) pid);
-                r = write_str(path, pidstr);
+                r = write_string_file(path, pidstr);
         }
         if (r < 0) {
                 if (made)
@@ -481,12 +470,6 @@ static int apply_cgroup(const ContextConfig *cc, const char *name, pid_t pid, Li
 
 /* ---- A cgroup of its own for every kernel ---- */
 
-static char *concat(const char *a, const char *b) {
-        char *s;
-
-        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
-}
-
 /* Where the v2 hierarchy is mounted: /sys/fs/cgroup itself, or unified/ on a hybrid host (no controllers
  * there, but a cgroup all the same, with cgroup.kill). NULL when there is none. */
 static const char *v2_mount(void) {
@@ -539,7 +522,7 @@ static bool group_try(pid_t pid, const char *mnt, const char *controller, GroupK
 
         if (!path || !own_group(path, pid))
                 return false;
-        group_set(l, concat(mnt, path), kill);
+        group_set(l, strjoin(mnt, path), kill);
         return l->group;
 }
 
@@ -586,288 +569,6 @@ static void group_place(const char *name, pid_t pid, Limits *l) {
         (void) group_find(pid, l, false);
 }
 
-/* ---- Ending what a kernel left behind ---- */
-
-/* The state letter, parent and process group of pid from /proc/PID/stat; -ESRCH when it is gone. Without
- * allocating: it runs in a tight loop (see children_kill()). */
-static int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, pid_t *ret_pgid) {
-        _cleanup_close_ int fd = -1;
-        char path[64], s[1024], *p;
-        int ppid, pgid;
-        ssize_t n;
-
-        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -ESRCH;
-        n = read(fd, s, sizeof s - 1);
-        if (n <= 0)
-                return -ESRCH;
-        s[n] = '\0';
-        /* The command name may hold spaces and parentheses: the fields follow the last ')'. */
-        p = strrchr(s, ')');
-        if (!p || sscanf(p + 1, " %c %d %d", ret_state, &ppid, &pgid) != 3)
-                return -EIO;
-        *ret_ppid = ppid;
-        *ret_pgid = pgid;
-        return 0;
-}
-
-/* Running, not a zombie: a zombie has closed its sockets already. */
-static bool proc_running(pid_t pid) {
-        char st;
-        pid_t ppid, pgid;
-
-        return proc_state(pid, &st, &ppid, &pgid) >= 0 && st != 'Z';
-}
-
-/* SIGKILLs (kill) or counts the running processes that dir/cgroup.procs lists. -errno when unreadable. */
-static int group_procs(const char *dir, bool kill_them) {
-        _cleanup_free_ char *text = NULL, *path = concat(dir, "/cgroup.procs");
-        int n = 0, r;
-
-        if (!path)
-                return -ENOMEM;
-        r = read_file(path, 4 * 1024 * 1024, &text, NULL);
-        if (r < 0)
-                return r;
-        for (char *p = text, *end; *p; p = end) {
-                long pid = strtol(p, &end, 10);
-                if (end == p)
-                        break;
-                if (pid > 0 && proc_running((pid_t) pid)) {
-                        n++;
-                        if (kill_them)
-                                (void) kill((pid_t) pid, SIGKILL);
-                }
-        }
-        return n;
-}
-
-static int group_write(const char *dir, const char *file, const char *value) {
-        char path[4300];
-
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        return write_str(path, value);
-}
-
-/* v1 freezer: frozen, nothing in the cgroup can fork while each process is killed; thawed, they die. */
-static void group_freeze_kill(const char *dir, usec_t deadline) {
-        if (group_write(dir, "freezer.state", "FROZEN") >= 0)
-                for (;;) {
-                        char path[4300];
-                        _cleanup_free_ char *st = NULL;
-                        snprintf(path, sizeof path, "%s/freezer.state", dir);
-                        if (read_file(path, 64, &st, NULL) < 0 || strncmp(st, "FROZEN", 6) == 0 ||
-                            now_usec(CLOCK_MONOTONIC) >= deadline)
-                                break;
-                        (void) usleep(1000);
-                }
-        (void) group_procs(dir, true);
-        (void) group_write(dir, "freezer.state", "THAWED");
-}
-
-/* Whether pid descends from ancestor (through at most 64 parents). */
-static bool descends_from(pid_t pid, pid_t ancestor) {
-        for (int depth = 0; depth < 64 && pid > 0; depth++) {
-                char st;
-                pid_t ppid, pgid;
-                if (proc_state(pid, &st, &ppid, &pgid) < 0)
-                        return false;
-                if (ppid == ancestor)
-                        return true;
-                pid = ppid;
-        }
-        return false;
-}
-
-/* Whether the environment pid started with holds the entry tag ("K=V"). Read in pieces into a buffer on the
- * stack (it runs in a tight loop against a process that forks all the time), at most 1 MiB. */
-static bool environ_has(pid_t pid, const char *tag) {
-        _cleanup_close_ int fd = -1;
-        char path[64], buf[8192], needle[192];
-        size_t k = strlen(tag), nlen = k + 2, have = 1, total = 0;
-
-        if (nlen > sizeof needle)
-                return false;
-        /* "\0K=V\0": entries end in a NUL, and the first one follows a NUL put in front. */
-        needle[0] = '\0';
-        memcpy(needle + 1, tag, k);
-        needle[k + 1] = '\0';
-        snprintf(path, sizeof path, "/proc/%d/environ", (int) pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return false;
-        buf[0] = '\0';
-        for (;;) {
-                ssize_t n = read(fd, buf + have, sizeof buf - have);
-                size_t keep;
-                if (n <= 0)
-                        return false;
-                have += (size_t) n;
-                total += (size_t) n;
-                if (memmem(buf, have, needle, nlen))
-                        return true;
-                if (total > 1024 * 1024)
-                        return false;
-                /* A match may straddle two reads: keep what could be its start. */
-                keep = have < nlen - 1 ? have : nlen - 1;
-                memmove(buf, buf + have - keep, keep);
-                have = keep;
-        }
-}
-
-/* Without a cgroup: what was found of a kernel's leftovers so far. Their process groups are what is killed:
- * a signal to a group reaches every member or stops the fork in progress, so a process that forks and exits
- * all the time (its children keep its group) cannot slip away between two looks at /proc. */
-typedef struct Leftovers {
-        pid_t pids[64]; /* distinct processes found (to count them) */
-        size_t n_pids;
-        pid_t groups[64]; /* their process groups */
-        size_t n_groups;
-} Leftovers;
-
-static bool pid_in(const pid_t *v, size_t n, pid_t pid) {
-        for (size_t i = 0; i < n; i++)
-                if (v[i] == pid)
-                        return true;
-        return false;
-}
-
-/* SIGKILLs a leftover and its group, and records both. Never our own group, which a kernel's process cannot
- * join (it is in another session). */
-static void leftover_kill(Leftovers *lo, pid_t pid) {
-        pid_t pg = getpgid(pid);
-
-        (void) kill(pid, SIGKILL);
-        if (!pid_in(lo->pids, lo->n_pids, pid) && lo->n_pids < ELEMENTSOF(lo->pids))
-                lo->pids[lo->n_pids++] = pid;
-        if (pg > 1 && pg != getpgrp() && !pid_in(lo->groups, lo->n_groups, pg) &&
-            lo->n_groups < ELEMENTSOF(lo->groups))
-                lo->groups[lo->n_groups++] = pg;
-}
-
-/* Kills every recorded group again and reaps those members that are our zombies (orphans we inherited; the
- * kernel itself is reaped before, and a kernel of another context leads a group of its own). Returns how
- * many groups still have members. */
-static int leftover_groups_kill(const Leftovers *lo) {
-        int alive = 0;
-
-        for (size_t i = 0; i < lo->n_groups; i++) {
-                siginfo_t si = { 0 };
-                if (kill(-lo->groups[i], SIGKILL) < 0)
-                        continue;
-                while (waitid(P_PGID, (id_t) lo->groups[i], &si, WEXITED | WNOHANG) == 0 && si.si_pid > 0)
-                        si = (siginfo_t){ 0 };
-                alive += kill(-lo->groups[i], 0) == 0;
-        }
-        return alive;
-}
-
-/* Every running descendant of ours whose environment holds tag. Returns how many. */
-static int descendants_kill(const char *tag, Leftovers *lo) {
-        DIR *d = opendir("/proc");
-        struct dirent *de;
-        int n = 0;
-
-        if (!d)
-                return -errno;
-        while ((de = readdir(d))) {
-                char *end;
-                long pid = strtol(de->d_name, &end, 10);
-                if (*end || pid <= 0 || pid == getpid() || !proc_running((pid_t) pid) ||
-                    !descends_from((pid_t) pid, getpid()) || !environ_has((pid_t) pid, tag))
-                        continue;
-                leftover_kill(lo, (pid_t) pid);
-                n++;
-        }
-        closedir(d);
-        return n;
-}
-
-/* Our own children whose environment holds tag: where an orphan of the kernel lands first, and much faster
- * to look at than every descendant. Returns how many, -errno without /proc/self/task/N/children. */
-static int children_kill(const char *tag, Leftovers *lo) {
-        DIR *d = opendir("/proc/self/task");
-        struct dirent *de;
-        int n = 0, r = -ENOENT;
-
-        if (!d)
-                return -errno;
-        while ((de = readdir(d))) {
-                _cleanup_free_ char *text = NULL;
-                char path[300];
-                if (de->d_name[0] == '.')
-                        continue;
-                snprintf(path, sizeof path, "/proc/self/task/%s/children", de->d_name);
-                if (read_file(path, 1024 * 1024, &text, NULL) < 0)
-                        continue;
-                r = 0;
-                for (char *p = text, *end; *p; p = end) {
-                        long pid = strtol(p, &end, 10);
-                        char st;
-                        pid_t ppid, pgid;
-                        if (end == p)
-                                break;
-                        /* Zombies stay in the list until reaped: skipped at the cost of one read. */
-                        if (pid <= 0 || proc_state((pid_t) pid, &st, &ppid, &pgid) < 0 || st == 'Z')
-                                continue;
-                        if (environ_has((pid_t) pid, tag)) {
-                                leftover_kill(lo, (pid_t) pid);
-                                n++;
-                        }
-                }
-        }
-        closedir(d);
-        return r < 0 ? r : n;
-}
-
-/* Without a cgroup, as subreaper: rounds of looking (our children, then every descendant) and killing, until
- * three rounds in a row find nothing and no recorded group has a member left. */
-static int leftovers_end(const char *tag, usec_t deadline) {
-        Leftovers lo = {};
-        unsigned quiet = 0;
-
-        for (;;) {
-                int found = children_kill(tag, &lo);
-                if (found <= 0)
-                        found = descendants_kill(tag, &lo);
-                if (leftover_groups_kill(&lo) > 0 || found > 0)
-                        quiet = 0;
-                else if (++quiet >= 3)
-                        return (int) lo.n_pids;
-                if (now_usec(CLOCK_MONOTONIC) >= deadline)
-                        return -ETIMEDOUT;
-                if (found <= 0)
-                        (void) usleep(200);
-        }
-}
-
-int resources_end_group(const Limits *l, const char *tag, usec_t timeout) {
-        usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
-        int n, r;
-
-        if (!l->group)
-                return leftovers_end(tag, deadline);
-        n = group_procs(l->group, false);
-        if (n <= 0)
-                return n == -ENOENT ? 0 : n; /* ENOENT: its scope is gone with its last process */
-        if (l->kill == GROUP_KILL_FREEZE)
-                group_freeze_kill(l->group, deadline);
-        else if (l->kill != GROUP_KILL_V2 || group_write(l->group, "cgroup.kill", "1") < 0)
-                (void) group_procs(l->group, true);
-        /* Until they are gone, each round kills again what is left. */
-        for (;;) {
-                r = group_procs(l->group, true);
-                if (r <= 0)
-                        return n;
-                if (now_usec(CLOCK_MONOTONIC) >= deadline)
-                        return -ETIMEDOUT;
-                (void) usleep(200);
-        }
-}
-
-/* Opens the OOM counter of pid's memory cgroup and, on v1, asks for an eventfd at each OOM there. */
 static void oom_watch(pid_t pid, Limits *l) {
         _cleanup_free_ char *text = NULL;
         char buf[512], ctl[4200];
@@ -891,7 +592,7 @@ static void oom_watch(pid_t pid, Limits *l) {
                          (int) (strlen(l->oom_path) - strlen("/memory.oom_control")), l->oom_path);
                 l->oom_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
                 snprintf(buf, sizeof buf, "%d %d", l->oom_efd, l->oom_fd);
-                if (l->oom_efd >= 0 && write_str(ctl, buf) < 0) {
+                if (l->oom_efd >= 0 && write_string_file(ctl, buf) < 0) {
                         close(l->oom_efd);
                         l->oom_efd = -1;
                 }
@@ -1004,12 +705,12 @@ static size_t adopt_dirs(pid_t pid, Limits *l) {
                 _cleanup_free_ char *path = cgroup_pid_path(pid, controllers[i]);
                 const char *mnt = v1_mount(controllers[i]);
                 if (path && mnt && our_dir(path, pid))
-                        l->dirs[n++] = concat(mnt, path);
+                        l->dirs[n++] = strjoin(mnt, path);
         }
         if (n == 0 && v2_root()) {
                 _cleanup_free_ char *v2 = cgroup_pid_path(pid, NULL);
                 if (v2 && our_dir(v2, pid))
-                        l->dirs[n++] = concat(CGROUP_ROOT, v2);
+                        l->dirs[n++] = strjoin(CGROUP_ROOT, v2);
         }
         return n;
 }

@@ -85,8 +85,21 @@ bool resources_oom_killed(const Limits *l);
  * exited): everything in its cgroup, or without one, every descendant of
  * the daemon whose environment holds tag ("KERNELSUP_KERNEL_ID=..."). Waits
  * up to timeout for them to be gone, so their sockets are closed. Returns how
- * many processes it ended (0: none), -ETIMEDOUT when some were still there. */
+ * many processes it ended (0: none), -ETIMEDOUT when some were still there.
+ * Blocks: for tests and the last moments of the daemon. */
 int resources_end_group(const Limits *l, const char *tag, usec_t timeout);
+
+/* The same without blocking the loop. The first round (the kill) runs at once: when nothing is left after
+ * it, returns as resources_end_group() does, and *ret is untouched. Otherwise returns -EINPROGRESS with *ret
+ * set, and the rounds go on every millisecond in the loop until done(r, ...) is called once, with r as
+ * resources_end_group() returns it, how the group was ended and its cgroup (NULL without one; valid during
+ * the call); the ending is freed by then. l may be released meanwhile. */
+typedef struct LeftoverEnd LeftoverEnd;
+typedef void (*LeftoverEndDone)(int r, GroupKill kill, const char *group, void *userdata);
+int resources_end_group_start(uv_loop_t *loop, const Limits *l, const char *tag, usec_t timeout, LeftoverEndDone done,
+                              void *userdata, LeftoverEnd **ret);
+/* Stops an ending in progress without calling done; NULL is fine. */
+void resources_end_group_cancel(LeftoverEnd *e);
 
 /* After the kernel has exited: removes the sub-cgroups we made, drops a pending scope request, frees. */
 void resources_release(Limits *l);

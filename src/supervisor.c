@@ -1,5 +1,4 @@
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +12,11 @@
 
 #include "context.h"
 #include "control.h"
-#include "exec.h"
 #include "freeze.h"
+#include "handlers.h"
 #include "log.h"
 #include "notify.h"
-#include "protocol.h"
+#include "reload.h"
 #include "state.h"
 #include "preload.h"
 #include "supervisor.h"
@@ -47,7 +46,7 @@ struct Supervisor {
         uv_poll_t signal_poll;
         uv_signal_t sig_chld;
         uv_timer_t shutdown_timer;
-        struct Waiter *waiters; /* control requests waiting for a state */
+        Handlers *handlers; /* the control methods, and the requests waiting for a state */
 
         uv_timer_t tick;       /* samples the clocks to see freezes */
         ClockSample clock;     /* the last sample */
@@ -64,27 +63,6 @@ struct Supervisor {
 /* While a state file cannot be written (a full disk), how often every unsaved one is tried again. */
 #define STATE_RETRY_MSEC 2000
 
-/* A control request waiting for something to happen. */
-typedef enum WaitFor {
-        WAIT_READY,   /* start, restart: the context ready (or failing) */
-        WAIT_STOPPED, /* stop */
-        WAIT_PROBE,   /* check: ready, then a heartbeat answered after we asked */
-        WAIT_ALL,     /* wait: every named context ready */
-        WAIT_REMOVED, /* remove: the removed context stopped; answered with the reload report */
-} WaitFor;
-typedef struct Waiter {
-        struct Waiter *next;
-        Supervisor *sup;
-        ControlRequest *req;
-        Context *ctx;  /* NULL for WAIT_ALL */
-        json_t *names; /* WAIT_ALL: the contexts, an array of strings */
-        WaitFor want;
-        bool probing; /* WAIT_PROBE: a ping is out */
-        uint64_t hb_base;
-        json_t *report; /* WAIT_REMOVED: the answer (owned) */
-        uv_timer_t timer;
-} Waiter;
-
 /* ---- Lookup and visibility ---- */
 
 static Context *supervisor_find(Supervisor *s, const char *name) {
@@ -92,12 +70,6 @@ static Context *supervisor_find(Supervisor *s, const char *name) {
                 if (streq(context_name(s->contexts[i]), name))
                         return s->contexts[i];
         return NULL;
-}
-
-/* Root and the daemon's own uid see everything; another uid only the
- * contexts whose kernels run as that uid. */
-static bool peer_sees(const ControlPeer *peer, const Context *c) {
-        return peer->uid == 0 || peer->uid == getuid() || context_uid(c) == peer->uid;
 }
 
 /* ContextHost.taken_ports. */
@@ -130,7 +102,7 @@ static int supervisor_degraded(Supervisor *s, const ControlPeer *peer, char **re
         for (size_t i = 0; i < s->n_contexts; i++) {
                 if (!context_save_error(s->contexts[i]))
                         continue;
-                if (peer && !peer_sees(peer, s->contexts[i]))
+                if (peer && !handlers_peer_sees(peer, s->contexts[i]))
                         hidden = true;
                 else if (n++ == 0)
                         first = context_save_error(s->contexts[i]);
@@ -203,162 +175,48 @@ static void supervisor_check_shutdown(Supervisor *s) {
         supervisor_finish(s);
 }
 
-/* ---- Waiters ---- */
+/* ---- What the control handlers see (HandlersHost) ---- */
 
 static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer);
-static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *peer);
 
-static void waiter_close_cb(uv_handle_t *h) {
-        Waiter *w = h->data;
-
-        json_decref(w->names);
-        json_decref(w->report);
-        free(w);
+static Context *supervisor_find_cb(void *userdata, const char *name) {
+        return supervisor_find(userdata, name);
 }
 
-static void waiter_free(Waiter *w) {
-        Waiter **p = &w->sup->waiters;
+static Context *const *supervisor_contexts(void *userdata, size_t *ret_n) {
+        Supervisor *s = userdata;
 
-        while (*p && *p != w)
-                p = &(*p)->next;
-        if (*p)
-                *p = w->next;
-        uv_timer_stop(&w->timer);
-        uv_close((uv_handle_t *) &w->timer, waiter_close_cb);
+        *ret_n = s->n_contexts;
+        return s->contexts;
 }
 
-/* Answers w (result, or an error when code != 0) and frees it. The request
- * is freed by its answer: no cancel may fire after it. */
-static void waiter_answer(Waiter *w, int code, json_t *data_or_result, const char *message) {
-        control_request_set_cancel(w->req, NULL, NULL);
-        if (code)
-                control_request_error(w->req, code, data_or_result, "%s", message);
-        else
-                control_request_reply(w->req, data_or_result);
-        waiter_free(w);
+static bool supervisor_stopping(void *userdata) {
+        Supervisor *s = userdata;
+
+        return s->stopping;
 }
 
-static void waiter_timeout_cb(uv_timer_t *t) {
-        Waiter *w = t->data;
-        char msg[512];
-
-        if (w->want == WAIT_ALL) {
-                waiter_answer(w, KS_ERR_TIMEOUT, status_result(w->sup, w->names, control_request_peer(w->req)),
-                              "not every context was ready within the timeout");
-                return;
-        }
-        if (w->want == WAIT_REMOVED) {
-                /* The removal is done either way; the report says whose kernel has not exited yet. */
-                json_t *report = TAKE_PTR(w->report);
-                (void) json_object_set_new(report, "stopping", json_pack("[s]", context_name(w->ctx)));
-                waiter_answer(w, 0, report, NULL);
-                return;
-        }
-        snprintf(msg, sizeof msg, "%s: not %s within the timeout (state %s%s%s)", context_name(w->ctx),
-                 w->want == WAIT_STOPPED               ? "stopped"
-                 : w->want == WAIT_PROBE && w->probing ? "answering"
-                                                       : "ready",
-                 context_state_to_string(context_state(w->ctx)), context_last_error(w->ctx) ? ": " : "",
-                 context_last_error(w->ctx) ?: "");
-        waiter_answer(w, KS_ERR_TIMEOUT, json_pack("{s:o}", "context", context_to_json(w->ctx)), msg);
+static json_t *supervisor_status(void *userdata, const ControlPeer *peer) {
+        return supervisor_to_json(userdata, peer);
 }
 
-static void waiter_cancel_cb(ControlRequest *req, void *data) {
-        waiter_free(data);
+static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error);
+
+static int supervisor_reload_cb(void *userdata, bool dry_run, json_t **ret_report, char **ret_error) {
+        return supervisor_reload_announced(userdata, dry_run, ret_report, ret_error);
 }
 
-static Waiter *waiter_add(Supervisor *s, ControlRequest *req, Context *c, WaitFor want, usec_t timeout) {
-        Waiter *w = calloc(1, sizeof *w);
+static const char *supervisor_contexts_dir(void *userdata) {
+        Supervisor *s = userdata;
 
-        if (!w) {
-                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-                return NULL;
-        }
-        *w = (Waiter){ .next = s->waiters, .sup = s, .req = req, .ctx = c, .want = want };
-        s->waiters = w;
-        uv_timer_init(s->loop, &w->timer);
-        w->timer.data = w;
-        uv_timer_start(&w->timer, waiter_timeout_cb, (uint64_t) ((timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC), 0);
-        control_request_set_cancel(req, waiter_cancel_cb, w);
-        return w;
-}
-
-static bool state_is_up(ContextStateKind st) {
-        return st == CONTEXT_READY || st == CONTEXT_BUSY;
-}
-
-/* Moves w on if the state of its context(s) allows; may answer and free it. */
-static void waiter_step(Supervisor *s, Waiter *w) {
-        ContextStateKind st = w->ctx ? context_state(w->ctx) : CONTEXT_STOPPED;
-        char msg[512];
-
-        switch (w->want) {
-        case WAIT_STOPPED:
-                if (st == CONTEXT_STOPPED)
-                        waiter_answer(w, 0, context_to_json(w->ctx), NULL);
-                return;
-        case WAIT_REMOVED:
-                if (st == CONTEXT_STOPPED)
-                        waiter_answer(w, 0, TAKE_PTR(w->report), NULL);
-                return;
-        case WAIT_READY:
-                if (state_is_up(st))
-                        waiter_answer(w, 0, context_to_json(w->ctx), NULL);
-                else if (st == CONTEXT_BACKOFF || st == CONTEXT_FAILED || st == CONTEXT_STOPPED) {
-                        snprintf(msg, sizeof msg, "%s: %s (state %s)", context_name(w->ctx),
-                                 context_last_error(w->ctx) ?: "did not start", context_state_to_string(st));
-                        waiter_answer(w, KS_ERR_FAILED, context_to_json(w->ctx), msg);
-                }
-                return;
-        case WAIT_PROBE:
-                /* A kernel that died while probed is waited for again: the verdict names its successor. */
-                if (!state_is_up(st) && st != CONTEXT_UNRESPONSIVE)
-                        w->probing = false;
-                else if (!w->probing && context_probe(w->ctx, &w->hb_base) >= 0)
-                        w->probing = true;
-                else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
-                        waiter_answer(w, 0,
-                                      json_pack("{s:o, s:o}", "supervisor",
-                                                supervisor_to_json(s, control_request_peer(w->req)), "context",
-                                                context_to_json(w->ctx)),
-                                      NULL);
-                return;
-        case WAIT_ALL: {
-                size_t i;
-                json_t *v;
-                json_array_foreach(w->names, i, v) {
-                        for (size_t k = 0; k < s->n_contexts; k++)
-                                if (streq(context_name(s->contexts[k]), json_string_value(v)) &&
-                                    !state_is_up(context_state(s->contexts[k])))
-                                        return;
-                }
-                waiter_answer(w, 0, status_result(s, w->names, control_request_peer(w->req)), NULL);
-                return;
-        }
-        }
-}
-
-/* Moves on the waiters that c (NULL: any) concerns. */
-static void waiters_check(Supervisor *s, Context *c) {
-        Waiter *w, *next;
-
-        for (w = s->waiters; w; w = next) {
-                next = w->next;
-                if (!c || w->ctx == c || w->want == WAIT_ALL)
-                        waiter_step(s, w);
-        }
+        return s->config->contexts_dir;
 }
 
 /* ContextHost.heartbeat: a probe waiting for c is answered. */
 static void supervisor_context_heartbeat(void *userdata, Context *c) {
         Supervisor *s = userdata;
-        Waiter *w, *next;
 
-        for (w = s->waiters; w; w = next) {
-                next = w->next;
-                if (w->ctx == c && w->want == WAIT_PROBE)
-                        waiter_step(s, w);
-        }
+        handlers_heartbeat(s->handlers, c);
 }
 
 static void state_retry_cb(uv_timer_t *t) {
@@ -392,7 +250,7 @@ static void supervisor_context_changed(void *userdata, Context *c) {
                 for (size_t i = 0; i < s->n_retiring; i++)
                         if (s->retiring[i] == c)
                                 uv_timer_start(&s->retire_timer, retire_cb, 0, 0);
-        waiters_check(s, c);
+        handlers_context_changed(s->handlers, c);
         supervisor_update_status(s);
         supervisor_check_shutdown(s);
 }
@@ -406,18 +264,12 @@ static void retire_cb(uv_timer_t *t) {
 
         for (size_t i = 0; i < s->n_retiring; i++) {
                 Context *c = s->retiring[i];
-                Waiter *w, *next;
 
                 if (context_state(c) != CONTEXT_STOPPED) {
                         s->retiring[keep++] = c;
                         continue;
                 }
-                waiters_check(s, c); /* a stop waiter is answered */
-                for (w = s->waiters; w; w = next) {
-                        next = w->next;
-                        if (w->ctx == c)
-                                waiter_answer(w, KS_ERR_NO_CONTEXT, NULL, "the context was removed");
-                }
+                handlers_context_removed(s->handlers, c);
                 /* Removed and added again meanwhile: the state file belongs to the new context now. */
                 if (!supervisor_find(s, context_name(c)))
                         (void) context_forget(c);
@@ -428,159 +280,149 @@ static void retire_cb(uv_timer_t *t) {
         supervisor_check_shutdown(s);
 }
 
-static int report_add(json_t *list, json_t *item) {
-        return json_array_append_new(list, item) < 0 ? -ENOMEM : 0;
+/* The plan from the contexts as they are (the settings each runs with, whether it has a kernel) to new. */
+static int supervisor_plan(Supervisor *s, const Config *new, ReloadPlan *ret) {
+        _cleanup_free_ ContextConfig *now = calloc(s->n_contexts + 1, sizeof(ContextConfig));
+        _cleanup_free_ bool *running = calloc(s->n_contexts + 1, sizeof(bool));
+        Config old = *s->config;
+
+        if (!now || !running)
+                return -ENOMEM;
+        /* Shallow copies: a context whose new settings could not be applied kept its old ones. */
+        for (size_t i = 0; i < s->n_contexts; i++) {
+                now[i] = *context_config(s->contexts[i]);
+                running[i] = context_state(s->contexts[i]) != CONTEXT_STOPPED;
+        }
+        old.contexts = now;
+        return reload_plan(&old, running, new, ret);
+}
+
+/* Fills table (new's contexts, in its order) with the kept contexts and new ones for the added: all a reload can
+ * fail at, done before the first change. On failure the contexts it created are freed again. */
+static int reload_create(Supervisor *s, const ReloadPlan *p, const Config *new, Context **table, char **ret_error) {
+        for (size_t i = 0; i < p->n_actions; i++) {
+                const ReloadAction *a = &p->actions[i];
+                _cleanup_free_ char *warning = NULL;
+                int r;
+
+                if (a->kind != RELOAD_ADD) {
+                        if (a->kind != RELOAD_REMOVE)
+                                table[a->new] = s->contexts[a->old];
+                        continue;
+                }
+                r = context_new(&s->host, &new->contexts[a->new], &table[a->new], &warning);
+                if (r < 0) {
+                        for (size_t k = 0; k < i; k++)
+                                if (p->actions[k].kind == RELOAD_ADD)
+                                        context_free(table[p->actions[k].new]);
+                        if (asprintf(ret_error, "Failed to set up context %s: %s", a->name, strerror(-r)) < 0)
+                                *ret_error = NULL;
+                        return r;
+                }
+                if (warning)
+                        log_warning("%s: %s", a->name, warning);
+        }
+        return 0;
+}
+
+/* One action on its context c; an added context starts later, once the new table is in place. */
+static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const ContextConfig *cc) {
+        switch (a->kind) {
+        case RELOAD_ADD:
+                return;
+        case RELOAD_REMOVE:
+                /* Stopped, and freed once stopped (retire_cb). */
+                log_info("%s: removed from the configuration; stopping", a->name);
+                s->retiring[s->n_retiring++] = c;
+                context_stop(c);
+                return;
+        default:
+                if (context_set_config(c, cc) < 0) {
+                        log_error("%s: out of memory applying the new settings", a->name);
+                        return;
+                }
+                if (a->restart) {
+                        log_info("%s: settings of its process changed; restarting", a->name);
+                        context_restart(c);
+                } else if (a->start)
+                        context_start(c);
+        }
+}
+
+/* Puts the plan in place and takes *newp as the configuration; nothing has changed when it fails. */
+static int supervisor_apply(Supervisor *s, const ReloadPlan *p, Config **newp, char **ret_error) {
+        Config *new = *newp;
+        Context **table = calloc(new->n_contexts + 1, sizeof(Context *));
+        Context **grown = realloc(s->retiring, sizeof(Context *) * (s->n_retiring + s->n_contexts + 1));
+        int r;
+
+        if (grown)
+                s->retiring = grown;
+        if (!table || !grown) {
+                free(table);
+                return -ENOMEM;
+        }
+        r = reload_create(s, p, new, table, ret_error);
+        if (r < 0) {
+                free(table);
+                return r;
+        }
+        for (size_t i = 0; i < p->n_actions; i++) {
+                const ReloadAction *a = &p->actions[i];
+                if (a->kind == RELOAD_REMOVE)
+                        reload_apply(s, a, s->contexts[a->old], NULL);
+                else
+                        reload_apply(s, a, table[a->new], &new->contexts[a->new]);
+        }
+        free(s->contexts);
+        s->contexts = table;
+        s->n_contexts = new->n_contexts;
+        s->config->port_min = s->host.port_min = new->port_min;
+        s->config->port_max = s->host.port_max = new->port_max;
+        /* The directories stay as the daemon started with them (see not_applied). */
+        free(new->socket_path);
+        free(new->runtime_dir);
+        free(new->state_dir);
+        new->socket_path = TAKE_PTR(s->config->socket_path);
+        new->runtime_dir = TAKE_PTR(s->config->runtime_dir);
+        new->state_dir = TAKE_PTR(s->config->state_dir);
+        config_free(s->config);
+        s->config = TAKE_PTR(*newp);
+        for (size_t i = 0; i < p->n_actions; i++)
+                if (p->actions[i].kind == RELOAD_ADD && p->actions[i].start)
+                        context_start(table[p->actions[i].new]);
+        supervisor_update_status(s);
+        return 0;
 }
 
 int supervisor_reload(Supervisor *s, bool dry_run, json_t **ret_report, char **ret_error) {
         _cleanup_(config_freep) Config *new = NULL;
-        json_auto_t *added = json_array(), *removed = json_array(), *restarted = json_array(), *updated = json_array(),
-                    *not_applied = json_array();
-        Context **table = NULL, **created = NULL;
-        size_t n_created = 0, unchanged = 0;
+        _cleanup_(reload_plan_done) ReloadPlan plan = {};
+        json_auto_t *report = NULL;
         ConfigDefaults d = {
                 .runtime_dir = s->default_runtime_dir,
                 .state_dir = s->default_state_dir,
                 .contexts_dir = s->default_contexts_dir,
         };
-        const struct {
-                const char *key;
-                const char *now;
-        } fixed[] = {
-                { "socket", s->config->socket_path },
-                { "runtime_dir", s->config->runtime_dir },
-                { "state_dir", s->config->state_dir },
-        };
         int r;
 
-        if (!added || !removed || !restarted || !updated || !not_applied)
-                return -ENOMEM;
         r = config_load(s->config->path, &d, &new, ret_error);
         if (r < 0)
                 return r;
-
-        /* What only a restart of the daemon can change. */
-        const char *wanted[] = { new->socket_path, new->runtime_dir, new->state_dir };
-        for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
-                if (!streq(fixed[i].now, wanted[i])) {
-                        char msg[512];
-                        snprintf(msg, sizeof msg, "[supervisor] %s changed to %s: restart kernelsupd to apply it",
-                                 fixed[i].key, wanted[i]);
-                        if (report_add(not_applied, json_string(msg)) < 0)
-                                return -ENOMEM;
-                }
-
-        /* The plan, before anything is touched. */
-        for (size_t i = 0; i < new->n_contexts; i++) {
-                const ContextConfig *cc = &new->contexts[i];
-                Context *c = supervisor_find(s, cc->name);
-                const char *why;
-                if (!c)
-                        r = report_add(added, json_string(cc->name));
-                else if ((why = context_config_process_change(context_config(c), cc))) {
-                        char reason[64];
-                        snprintf(reason, sizeof reason, "%s changed", why);
-                        r = report_add(restarted, json_pack("{s:s, s:s}", "name", cc->name, "reason", reason));
-                } else if ((why = context_config_setting_change(context_config(c), cc)))
-                        r = report_add(updated, json_pack("{s:s, s:s}", "name", cc->name, "setting", why));
-                else
-                        unchanged++;
+        r = supervisor_plan(s, new, &plan);
+        if (r < 0)
+                return r;
+        /* Built first, so that running out of memory for it changes nothing. */
+        report = reload_plan_report(&plan);
+        if (!report)
+                return -ENOMEM;
+        if (!dry_run) {
+                r = supervisor_apply(s, &plan, &new, ret_error);
                 if (r < 0)
                         return r;
         }
-        for (size_t i = 0; i < s->n_contexts; i++)
-                if (!config_find_context(new, context_name(s->contexts[i])) &&
-                    report_add(removed, json_string(context_name(s->contexts[i]))) < 0)
-                        return -ENOMEM;
-
-        if (!dry_run) {
-                /* Everything that can fail happens before the first change. */
-                table = calloc(new->n_contexts + 1, sizeof(Context *));
-                created = calloc(new->n_contexts + 1, sizeof(Context *));
-                Context **grown = realloc(s->retiring, sizeof(Context *) * (s->n_retiring + s->n_contexts + 1));
-                if (!table || !created || !grown) {
-                        free(table);
-                        free(created);
-                        return -ENOMEM;
-                }
-                s->retiring = grown;
-                for (size_t i = 0; i < new->n_contexts; i++) {
-                        _cleanup_free_ char *warning = NULL;
-                        Context *c = supervisor_find(s, new->contexts[i].name);
-                        if (c) {
-                                table[i] = c;
-                                continue;
-                        }
-                        r = context_new(&s->host, &new->contexts[i], &table[i], &warning);
-                        if (r < 0) {
-                                for (size_t k = 0; k < n_created; k++)
-                                        context_free(created[k]);
-                                free(table);
-                                free(created);
-                                if (asprintf(ret_error, "Failed to set up context %s: %s", new->contexts[i].name,
-                                             strerror(-r)) < 0)
-                                        *ret_error = NULL;
-                                return r;
-                        }
-                        if (warning)
-                                log_warning("%s: %s", new->contexts[i].name, warning);
-                        created[n_created++] = table[i];
-                }
-
-                /* Apply. Removed contexts stop and are freed once stopped. */
-                for (size_t i = 0; i < s->n_contexts; i++) {
-                        Context *c = s->contexts[i];
-                        if (config_find_context(new, context_name(c)))
-                                continue;
-                        log_info("%s: removed from the configuration; stopping", context_name(c));
-                        s->retiring[s->n_retiring++] = c;
-                        context_stop(c);
-                }
-                for (size_t i = 0; i < new->n_contexts; i++) {
-                        const ContextConfig *cc = &new->contexts[i];
-                        Context *c = table[i];
-                        bool fresh = false, process;
-                        for (size_t k = 0; k < n_created && !fresh; k++)
-                                fresh = created[k] == c;
-                        if (fresh)
-                                continue;
-                        process = context_config_process_differs(context_config(c), cc);
-                        bool autostart_now = cc->autostart && !context_config(c)->autostart;
-                        if (context_set_config(c, cc) < 0) {
-                                log_error("%s: out of memory applying the new settings", cc->name);
-                                continue;
-                        }
-                        if (process && context_state(c) != CONTEXT_STOPPED) {
-                                log_info("%s: settings of its process changed; restarting", cc->name);
-                                context_restart(c);
-                        } else if (autostart_now && context_state(c) == CONTEXT_STOPPED)
-                                context_start(c);
-                }
-                free(s->contexts);
-                s->contexts = table;
-                s->n_contexts = new->n_contexts;
-                s->config->port_min = s->host.port_min = new->port_min;
-                s->config->port_max = s->host.port_max = new->port_max;
-                /* The directories stay as the daemon started with them (see not_applied). */
-                free(new->socket_path);
-                free(new->runtime_dir);
-                free(new->state_dir);
-                new->socket_path = TAKE_PTR(s->config->socket_path);
-                new->runtime_dir = TAKE_PTR(s->config->runtime_dir);
-                new->state_dir = TAKE_PTR(s->config->state_dir);
-                config_free(s->config);
-                s->config = TAKE_PTR(new);
-                for (size_t k = 0; k < n_created; k++)
-                        if (context_autostart(created[k]))
-                                context_start(created[k]);
-                free(created);
-                supervisor_update_status(s);
-        }
-
-        *ret_report =
-                json_pack("{s:O, s:O, s:O, s:O, s:I, s:O}", "added", added, "removed", removed, "restarted", restarted,
-                          "updated", updated, "unchanged", (json_int_t) unchanged, "not_applied", not_applied);
-        return *ret_report ? 0 : -ENOMEM;
+        *ret_report = TAKE_PTR(report);
+        return 0;
 }
 
 /* A reload's report as the log lines kernelctl also prints. */
@@ -632,8 +474,7 @@ static int supervisor_reload_announced(Supervisor *s, bool dry_run, json_t **ret
         return 0;
 }
 
-/* ---- Control methods ---- */
-
+/* The status of the daemon itself, as peer may see it. */
 static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer) {
         _cleanup_free_ char *degraded = NULL;
         char ts[64], ts2[64];
@@ -649,521 +490,6 @@ static json_t *supervisor_to_json(Supervisor *s, const ControlPeer *peer) {
                                            : json_null(),
                          "degraded", degraded ? json_string(degraded) : json_null());
 }
-
-/* {"supervisor", "contexts"} for the named contexts (NULL or empty: all the peer sees). */
-static json_t *status_result(Supervisor *s, json_t *names, const ControlPeer *peer) {
-        json_t *list = json_array(), *v;
-        size_t i;
-
-        if (names && json_array_size(names) > 0) {
-                json_array_foreach(names, i, v) {
-                        Context *c = supervisor_find(s, json_string_value(v));
-                        if (c)
-                                json_array_append_new(list, context_to_json(c));
-                }
-        } else
-                for (i = 0; i < s->n_contexts; i++)
-                        if (peer_sees(peer, s->contexts[i]))
-                                json_array_append_new(list, context_to_json(s->contexts[i]));
-        return json_pack("{s:o, s:o}", "supervisor", supervisor_to_json(s, peer), "contexts", list);
-}
-
-/* params.contexts, checked: an array of names of contexts the peer may see.
- * Answers the request with an error and returns -1 when it is not. */
-static int request_names(Supervisor *s, ControlRequest *req, json_t *params, json_t **ret) {
-        json_t *names = json_object_get(params, "contexts"), *v;
-        size_t i;
-
-        if (names && !json_is_array(names)) {
-                control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
-                return -1;
-        }
-        json_array_foreach(names, i, v) {
-                Context *c;
-                if (!json_is_string(v)) {
-                        control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
-                        return -1;
-                }
-                c = supervisor_find(s, json_string_value(v));
-                /* Another uid's context is answered as a missing one, so no name can be probed. */
-                if (!c || !peer_sees(control_request_peer(req), c)) {
-                        control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s",
-                                              json_string_value(v));
-                        return -1;
-                }
-        }
-        *ret = names;
-        return 0;
-}
-
-static void method_status(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        json_t *names;
-
-        if (request_names(s, req, params, &names) < 0)
-                return;
-        control_request_reply(req, status_result(s, names, control_request_peer(req)));
-}
-
-/* The context named in params, answering the request with an error when
- * there is none or the peer may not touch it. */
-static Context *request_context(Supervisor *s, ControlRequest *req, json_t *params) {
-        const char *name = json_string_value(json_object_get(params, "context"));
-        Context *c;
-
-        if (!name) {
-                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.context must be a context name");
-                return NULL;
-        }
-        c = supervisor_find(s, name);
-        /* Another uid's context is answered as a missing one, so no name can be probed. */
-        if (!c || !peer_sees(control_request_peer(req), c)) {
-                control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
-                return NULL;
-        }
-        if (s->stopping) {
-                control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
-                return NULL;
-        }
-        return c;
-}
-
-/* params.timeout in seconds into *ret: def_sec when absent; more than 0;
- * above a day taken as a day. Anything else is answered with an error and
- * -EINVAL returned. */
-static int request_timeout(ControlRequest *req, json_t *params, unsigned def_sec, usec_t *ret) {
-        json_t *t = json_object_get(params, "timeout");
-
-        if (!t) {
-                *ret = def_sec * USEC_PER_SEC;
-                return 0;
-        }
-        if (json_is_number(t) &&
-            protocol_timeout_usec(json_number_value(t), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC, ret) >= 0)
-                return 0;
-        control_request_error(
-                req, RPC_INVALID_PARAMS, NULL,
-                "params.timeout must be a number of seconds greater than 0 (more than %d is taken as %d)",
-                PROTOCOL_MAX_TIMEOUT_SEC, PROTOCOL_MAX_TIMEOUT_SEC);
-        return -EINVAL;
-}
-
-static void method_start(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        Context *c = request_context(s, req, params);
-        ContextStateKind st;
-        usec_t timeout;
-
-        if (!c || request_timeout(req, params, 60, &timeout) < 0)
-                return;
-        st = context_state(c);
-        if (st == CONTEXT_READY || st == CONTEXT_BUSY || st == CONTEXT_UNRESPONSIVE)
-                return control_request_reply(req, context_to_json(c));
-        log_info("%s: start requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        waiter_add(s, req, c, WAIT_READY, timeout);
-        context_start(c);
-}
-
-static void method_restart(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        Context *c = request_context(s, req, params);
-        usec_t timeout;
-
-        if (!c || request_timeout(req, params, 60, &timeout) < 0)
-                return;
-        log_info("%s: restart requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        waiter_add(s, req, c, WAIT_READY, timeout);
-        context_restart(c);
-}
-
-static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        Context *c = request_context(s, req, params);
-        usec_t timeout;
-
-        if (!c || request_timeout(req, params, 60, &timeout) < 0)
-                return;
-        if (context_state(c) == CONTEXT_STOPPED)
-                return control_request_reply(req, context_to_json(c));
-        log_info("%s: stop requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        waiter_add(s, req, c, WAIT_STOPPED, timeout);
-        context_stop(c);
-}
-
-/* check: ready, and answering now (a heartbeat round trip after the request). */
-static void method_check(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        Context *c = request_context(s, req, params);
-        usec_t timeout;
-        Waiter *w;
-
-        if (!c || request_timeout(req, params, 10, &timeout) < 0)
-                return;
-        w = waiter_add(s, req, c, WAIT_PROBE, timeout);
-        if (w)
-                waiter_step(s, w);
-}
-
-/* wait: every named context (none named: every autostart one the peer sees) ready. */
-static void method_wait(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        json_t *names;
-        usec_t timeout;
-        Waiter *w;
-
-        if (request_timeout(req, params, 60, &timeout) < 0 || request_names(s, req, params, &names) < 0)
-                return;
-        if (names && json_array_size(names) > 0)
-                names = json_incref(names);
-        else {
-                names = json_array();
-                for (size_t i = 0; i < s->n_contexts; i++)
-                        if (context_autostart(s->contexts[i]) && peer_sees(control_request_peer(req), s->contexts[i]))
-                                json_array_append_new(names, json_string(context_name(s->contexts[i])));
-        }
-        w = waiter_add(s, req, NULL, WAIT_ALL, timeout);
-        if (!w) {
-                json_decref(names);
-                return;
-        }
-        w->names = names;
-        waiter_step(s, w);
-}
-
-/* One cell in flight for a control request. */
-typedef struct CellRequest {
-        ControlRequest *req;
-        ExecCell *cell;
-} CellRequest;
-
-static void cell_on_output(void *userdata, const json_t *output) {
-        CellRequest *cr = userdata;
-
-        /* A peer that stopped reading loses its stream, not the cell: its reply still comes. */
-        (void) control_request_notify(cr->req, "output", json_pack("{s:O}", "output", (json_t *) output));
-}
-
-static void cell_on_done(void *userdata, const ExecResult *res) {
-        CellRequest *cr = userdata;
-        json_t *body =
-                json_pack("{s:s, s:o, s:o, s:O}", "status", exec_status_to_string(res->status), "execution_count",
-                          res->execution_count >= 0 ? json_integer(res->execution_count) : json_null(), "kernel_id",
-                          res->kernel_id ? json_string(res->kernel_id) : json_null(), "outputs",
-                          res->outputs ? res->outputs : json_array());
-
-        control_request_set_cancel(cr->req, NULL, NULL);
-        if (res->status == EXEC_DIED || res->status == EXEC_ABORTED)
-                control_request_error(cr->req, KS_ERR_FAILED, body, "%s",
-                                      res->message ?: "the cell did not run to its end");
-        else
-                control_request_reply(cr->req, body);
-        free(cr);
-}
-
-/* The client went away mid-cell: the cell is interrupted, so it never blocks the context. */
-static void cell_cancel(ControlRequest *req, void *data) {
-        CellRequest *cr = data;
-
-        exec_cell_cancel(cr->cell);
-        free(cr);
-}
-
-static const ExecSink cell_sink = {
-        .on_output = cell_on_output,
-        .on_done = cell_on_done,
-};
-
-static void method_execute(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        Context *c = request_context(s, req, params);
-        const char *code = json_string_value(json_object_get(params, "code"));
-        json_t *timeout = json_object_get(params, "timeout");
-        usec_t timeout_usec = USEC_INFINITY;
-        ContextStateKind st;
-        CellRequest *cr;
-        int r;
-
-        if (!c)
-                return;
-        if (!code)
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.code must be a string");
-        /* A cell's timeout is not clamped: a longer one than asked would surprise. */
-        if (timeout && (!json_is_number(timeout) ||
-                        protocol_timeout_usec(json_number_value(timeout), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC,
-                                              &timeout_usec) != 0))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "params.timeout must be a number of seconds greater than 0 and at most "
-                                             "%d",
-                                             PROTOCOL_MAX_TIMEOUT_SEC);
-        st = context_state(c);
-        if (st == CONTEXT_STOPPED || st == CONTEXT_FAILED || st == CONTEXT_STOPPING)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s is not running (state %s%s%s)",
-                                             context_name(c), context_state_to_string(st),
-                                             context_last_error(c) ? ": " : "", context_last_error(c) ?: "");
-        cr = calloc(1, sizeof *cr);
-        if (!cr)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-        cr->req = req;
-        ExecOptions opt = {
-                .timeout = timeout_usec,
-                .output_limit = context_config(c)->output_limit,
-        };
-        r = exec_queue_submit(context_exec(c), code, &opt, &cell_sink, cr, &cr->cell);
-        if (r < 0) {
-                free(cr);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot send the cell to the kernel: %s",
-                                             strerror(-r));
-        }
-        control_request_set_cancel(req, cell_cancel, cr);
-        /* Its streamed outputs and its reply each hold up to output_limit
-         * bytes of text, which JSON may double (newlines, quotes). */
-        control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
-}
-
-static void method_interrupt(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        Context *c = request_context(s, req, params);
-        bool any;
-
-        if (!c)
-                return;
-        any = exec_queue_interrupt(context_exec(c));
-        if (any)
-                log_info("%s: cell interrupted by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
-        control_request_reply(req, json_pack("{s:b}", "interrupted", any));
-}
-
-/* Changing the configuration is for root and the daemon's own user. */
-static bool peer_may_configure(ControlRequest *req) {
-        const ControlPeer *peer = control_request_peer(req);
-
-        if (peer->uid == 0 || peer->uid == getuid())
-                return true;
-        control_request_error(req, KS_ERR_PERMISSION, NULL,
-                              "permission denied: only root may change the configuration");
-        return false;
-}
-
-static void reload_reply(Supervisor *s, ControlRequest *req, bool dry_run) {
-        _cleanup_free_ char *error = NULL;
-        json_t *report = NULL;
-        int r;
-
-        r = supervisor_reload_announced(s, dry_run, &report, &error);
-        if (r < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s%s", error ?: strerror(-r),
-                                             error ? "" : "; nothing changed");
-        control_request_reply(req, report);
-}
-
-static void method_reload(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-
-        if (!peer_may_configure(req))
-                return;
-        if (s->stopping)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
-        reload_reply(s, req, json_is_true(json_object_get(params, "dry_run")));
-}
-
-/* contexts_dir, opened without following a symlink (created when missing). */
-static int open_contexts_dir(Supervisor *s) {
-        int r = mkdir_p(s->config->contexts_dir, 0755);
-
-        return r < 0 ? r : open_dir_nofollow(s->config->contexts_dir);
-}
-
-/* Whatever add writes must read back exactly: a value the INI format would cut or change is refused, with nothing
- * written. Answers the request and returns false when refused. */
-static bool add_value_writable(ControlRequest *req, const char *key, json_t *v) {
-        _cleanup_free_ char *shown = NULL;
-        const char *reason = NULL;
-        int r;
-
-        r = config_value_writable(key, json_string_value(v), json_string_length(v), &reason);
-        if (r >= 0)
-                return true;
-        if (r == -ENOMEM) {
-                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-                return false;
-        }
-        /* The value as JSON, so a line break or a NUL shows; cut, so a huge one does not flood the reply. */
-        shown = json_dumps(v, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
-        if (shown && strlen(shown) > 80)
-                strcpy(shown + 72, "\"…");
-        control_request_error(
-                req, RPC_INVALID_PARAMS, NULL,
-                "%s = %s cannot be written to an INI file so that it reads back the same: it %s; nothing "
-                "was written",
-                key, shown ?: "?", reason);
-        return false;
-}
-
-/* add: writes contexts_dir/NAME.ini and reloads; a reload that fails removes the file again. */
-static void method_add(ControlRequest *req, json_t *params, void *userdata) {
-        static const char *const keys[] = { "user", "group", "cwd", "connection_file" };
-        Supervisor *s = userdata;
-        const char *name = json_string_value(json_object_get(params, "context"));
-        json_t *env = json_object_get(params, "env"), *v;
-        _cleanup_free_ char *text = NULL, *file = NULL, *error = NULL;
-        _cleanup_close_ int dirfd = -1;
-        size_t len = 0, i;
-        FILE *f;
-        json_t *report = NULL;
-        int r;
-
-        if (!peer_may_configure(req))
-                return;
-        if (!name || !context_name_valid(name))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
-        /* contexts_dir ignores hidden files (editors' and our own temporary files start with '.'). */
-        if (name[0] == '.')
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "invalid context name %s: a name starting with '.' would be a hidden "
-                                             "file, which contexts_dir ignores",
-                                             name);
-        if (supervisor_find(s, name))
-                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
-        if (env && !json_is_array(env))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env must be an array of K=V strings");
-        f = open_memstream(&text, &len);
-        if (!f)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-        fprintf(f, "; written by kernelctl add\n[context:%s]\n", name);
-        for (i = 0; i < ELEMENTSOF(keys); i++) {
-                json_t *kv = json_object_get(params, keys[i]);
-                if (!kv)
-                        continue;
-                if (!json_is_string(kv)) {
-                        fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s must be a string", keys[i]);
-                }
-                if (!add_value_writable(req, keys[i], kv)) {
-                        fclose(f);
-                        return;
-                }
-                fprintf(f, "%s = %s\n", keys[i], json_string_value(kv));
-        }
-        json_array_foreach(env, i, v) {
-                if (!json_is_string(v) || !strchr(json_string_value(v), '=')) {
-                        fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env entries must be K=V strings");
-                }
-                if (!add_value_writable(req, "env", v)) {
-                        fclose(f);
-                        return;
-                }
-                fprintf(f, "env = %s\n", json_string_value(v));
-        }
-        if (fclose(f) != 0)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-
-        dirfd = open_contexts_dir(s);
-        if (dirfd < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot open %s: %s", s->config->contexts_dir,
-                                             strerror(-dirfd));
-        if (asprintf(&file, "%s.ini", name) < 0)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-        if (faccessat(dirfd, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s/%s exists already", s->config->contexts_dir,
-                                             file);
-        r = write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
-        if (r < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot write %s/%s: %s",
-                                             s->config->contexts_dir, file, strerror(-r));
-        r = supervisor_reload_announced(s, false, &report, &error);
-        if (r < 0) {
-                (void) unlinkat(dirfd, file, 0);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept", error ?: strerror(-r),
-                                             s->config->contexts_dir, file);
-        }
-        control_request_reply(req, report);
-}
-
-/* How long remove waits for the removed context's kernel: its stop ends by stop_timeout (SIGKILL), and kernelctl
- * waits 60 s for the answer. */
-static usec_t remove_timeout(const Context *c) {
-        usec_t def = context_config(c)->stop_timeout + USEC_PER_SEC;
-
-        return def < 55 * USEC_PER_SEC ? def : 55 * USEC_PER_SEC;
-}
-
-/* The answer to remove once the removed context c has stopped (or the timeout says it is still stopping):
- * timeout is the request's, or remove_timeout() when it gave none. */
-static void remove_answer(Supervisor *s, ControlRequest *req, usec_t timeout, Context *c, json_t *report) {
-        bool stopping = false;
-        Waiter *w;
-
-        for (size_t i = 0; i < s->n_retiring; i++)
-                if (s->retiring[i] == c)
-                        stopping = context_state(c) != CONTEXT_STOPPED;
-        if (!stopping)
-                return control_request_reply(req, report);
-        w = waiter_add(s, req, c, WAIT_REMOVED, timeout ?: remove_timeout(c));
-        if (w)
-                w->report = report;
-        else
-                json_decref(report); /* waiter_add answered the request */
-}
-
-/* remove: deletes contexts_dir/NAME.ini and reloads; a reload that fails puts the file back. It answers once
- * the context's kernel is gone, so that a script can rely on it. */
-static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
-        Supervisor *s = userdata;
-        const char *name = json_string_value(json_object_get(params, "context"));
-        _cleanup_free_ char *path = NULL, *file = NULL, *text = NULL, *error = NULL;
-        _cleanup_close_ int dirfd = -1;
-        const ContextConfig *cc;
-        json_t *report = NULL;
-        usec_t timeout;
-        size_t len;
-        Context *c;
-        int r;
-
-        if (!peer_may_configure(req))
-                return;
-        if (!name || !context_name_valid(name))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
-        /* A bad timeout is refused before anything is removed; 0 stands for "none given". */
-        if (request_timeout(req, params, 0, &timeout) < 0)
-                return;
-        c = supervisor_find(s, name);
-        if (!c)
-                return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
-        cc = context_config(c);
-        if (asprintf(&file, "%s.ini", name) < 0 || asprintf(&path, "%s/%s", s->config->contexts_dir, file) < 0)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-        if (!cc->source.file || !streq(cc->source.file, path))
-                return control_request_error(req, KS_ERR_FAILED, NULL,
-                                             "context %s is defined at %s:%u, not in %s: edit that file", name,
-                                             cc->source.file ?: "?", cc->source.line, path);
-        r = read_file(path, 1024 * 1024, &text, &len);
-        if (r >= 0)
-                dirfd = open_contexts_dir(s);
-        if (r < 0 || dirfd < 0 || unlinkat(dirfd, file, 0) < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot remove %s: %s", path,
-                                             strerror(r < 0       ? -r
-                                                      : dirfd < 0 ? -dirfd
-                                                                  : errno));
-        r = supervisor_reload_announced(s, false, &report, &error);
-        if (r < 0) {
-                (void) write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
-                                             path);
-        }
-        remove_answer(s, req, timeout, c, report);
-}
-
-static const ControlMethod methods[] = {
-        { "reload", method_reload, 0 },       { "add", method_add, 0 },
-        { "remove", method_remove, 0 },       { "execute", method_execute, 0 },
-        { "interrupt", method_interrupt, 0 }, { "status", method_status, 0 },
-        { "check", method_check, 0 },         { "wait", method_wait, 0 },
-        { "start", method_start, 0 },         { "stop", method_stop, 0 },
-        { "restart", method_restart, 0 },
-};
 
 /* ---- Freezes ---- */
 
@@ -1304,16 +630,10 @@ int supervisor_block_signals(void) {
 
 /* Every kernel has stopped: close what keeps the loop alive. */
 static void supervisor_finish(Supervisor *s) {
-        Waiter *w;
-
         if (s->shutdown_timer.data == NULL)
                 return; /* already finishing */
         log_info("all kernels stopped; exiting");
-        while ((w = s->waiters)) {
-                control_request_set_cancel(w->req, NULL, NULL);
-                control_request_error(w->req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
-                waiter_free(w);
-        }
+        handlers_shutdown(s->handlers);
         uv_timer_stop(&s->shutdown_timer);
         uv_close((uv_handle_t *) &s->shutdown_timer, NULL);
         uv_timer_stop(&s->tick);
@@ -1360,6 +680,8 @@ static int fail(char **ret_error, int r, const char *what, const char *path, con
 int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaults, Supervisor **ret,
                    char **ret_error) {
         _cleanup_free_ char *sockdir = NULL, *kdir = NULL, *cdir = NULL;
+        const ControlMethod *methods;
+        size_t n_methods;
         Supervisor *s;
         const char *name;
         int r;
@@ -1445,6 +767,20 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                              &s->host.preload);
         if (r < 0)
                 goto err;
+        r = handlers_new(
+                &(HandlersHost){
+                        .loop = loop,
+                        .userdata = s,
+                        .find = supervisor_find_cb,
+                        .contexts = supervisor_contexts,
+                        .stopping = supervisor_stopping,
+                        .status = supervisor_status,
+                        .reload = supervisor_reload_cb,
+                        .contexts_dir = supervisor_contexts_dir,
+                },
+                &s->handlers);
+        if (r < 0)
+                goto err;
 
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
         if (!s->contexts) {
@@ -1473,8 +809,9 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 r = fail(ret_error, r, "Failed to create the directory of socket", config->socket_path, NULL);
                 goto err;
         }
-        r = control_server_new(loop, config->socket_path, notify_listen_fd(), (gid_t) -1, methods, ELEMENTSOF(methods),
-                               s, &s->control);
+        methods = handlers_methods(s->handlers, &n_methods);
+        r = control_server_new(loop, config->socket_path, notify_listen_fd(), (gid_t) -1, methods, n_methods,
+                               s->handlers, &s->control);
         if (r < 0) {
                 r = fail(ret_error, r, "Failed to listen on", config->socket_path,
                          r == -EADDRINUSE ? " (is another kernelsupd running?)" : NULL);
@@ -1564,5 +901,6 @@ void supervisor_free(Supervisor *s) {
         if (s->signal_fd >= 0)
                 close(s->signal_fd);
         config_free(s->config);
+        handlers_free(s->handlers);
         free(s);
 }

@@ -1,5 +1,5 @@
-/* The daemon: the loop, signals, the context table, the control methods,
- * READY/STATUS to the service manager, and a clean shutdown. */
+/* The daemon: the loop, signals, the context table, reload, READY/STATUS to the service manager, and a clean
+ * shutdown. The control methods are handlers.c's, given the daemon through a HandlersHost. */
 #pragma once
 
 #include <jansson.h>

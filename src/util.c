@@ -79,15 +79,27 @@ char *format_duration(char *buf, size_t size, usec_t u) {
         return buf;
 }
 
-char *format_timestamp(char *buf, size_t size, usec_t t) {
+/* ISO 8601 in UTC, with digits (3 or 6) of the second's fraction. */
+static char *format_iso8601(char *buf, size_t size, usec_t t, bool micro) {
         time_t sec = (time_t) (t / USEC_PER_SEC);
         struct tm tm;
         char base[32];
 
         gmtime_r(&sec, &tm);
         strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(buf, size, "%s.%03lluZ", base, (t % USEC_PER_SEC) / USEC_PER_MSEC);
+        if (micro)
+                snprintf(buf, size, "%s.%06lluZ", base, t % USEC_PER_SEC);
+        else
+                snprintf(buf, size, "%s.%03lluZ", base, (t % USEC_PER_SEC) / USEC_PER_MSEC);
         return buf;
+}
+
+char *format_timestamp(char *buf, size_t size, usec_t t) {
+        return format_iso8601(buf, size, t, false);
+}
+
+char *format_timestamp_usec(char *buf, size_t size, usec_t t) {
+        return format_iso8601(buf, size, t, true);
 }
 
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret) {
@@ -563,6 +575,18 @@ int strv_env_set(char ***env, size_t *n, char *kv) {
         return strv_push(env, n, kv);
 }
 
+char *strjoin(const char *a, const char *b) {
+        char *s;
+
+        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
+}
+
+int strv_env_set_copy(char ***env, const char *kv) {
+        size_t n = strv_length(*env);
+
+        return strv_env_set(env, &n, strdup(kv));
+}
+
 char *json_dump_line(const json_t *j, size_t flags) {
         _cleanup_free_ char *s = json_dumps(j, flags);
         char *t;
@@ -607,4 +631,15 @@ bool context_name_valid(const char *name) {
                         return false;
         /* "." and ".." would name directories, not contexts. */
         return !streq(name, ".") && !streq(name, "..");
+}
+
+int write_string_file(const char *path, const char *value) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        size_t n = strlen(value);
+
+        if (fd < 0)
+                return -errno;
+        if (write(fd, value, n) != (ssize_t) n)
+                return -errno;
+        return 0;
 }

@@ -20,6 +20,8 @@ int parse_duration(const char *s, usec_t *ret);
 char *format_duration(char *buf, size_t size, usec_t usec);
 /* RFC 3339 UTC with milliseconds for a CLOCK_REALTIME value: "2026-11-29T10:11:32.123Z". */
 char *format_timestamp(char *buf, size_t size, usec_t realtime);
+/* The same with microseconds, as jupyter_client writes a message header's date. */
+char *format_timestamp_usec(char *buf, size_t size, usec_t realtime);
 
 /* Parses a whole decimal unsigned number in [min, max]; -EINVAL/-ERANGE otherwise. */
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret);
@@ -77,6 +79,8 @@ int write_file_atomic(const char *path, const void *data, size_t len, mode_t mod
  * NUL-terminated; *ret_size (may be NULL) excludes the NUL. */
 int read_file_at(int dirfd, const char *name, bool nofollow, size_t max, char **ret, size_t *ret_size);
 int read_file(const char *path, size_t max, char **ret, size_t *ret_size);
+/* Writes value to an existing file in one write(2), as cgroupfs and procfs want it (no create, no truncate). */
+int write_string_file(const char *path, const char *value);
 
 /* A JSON string of s; text that is not UTF-8 has its non-ASCII bytes replaced by '?'. NULL on out of memory. */
 json_t *json_string_lossy(const char *s);
@@ -93,6 +97,10 @@ bool strv_equal(char *const *a, char *const *b);
 /* Sets "K=V" in the environment vector *env (of *n entries): a variable already there is replaced in place, so
  * the first place it was set keeps the order; a new one is appended. Takes kv in every case; NULL: -ENOMEM. */
 int strv_env_set(char ***env, size_t *n, char *kv);
+/* The same for a NULL-terminated *env, with a copy of kv. */
+int strv_env_set_copy(char ***env, const char *kv);
+/* a followed by b, newly allocated; NULL on out of memory. */
+char *strjoin(const char *a, const char *b);
 
 /* json_dumps(j, flags) with a trailing newline, as text files and protocol lines end (jansson adds none).
  * The intermediate text is wiped: it may hold a connection key. Newly allocated; NULL on out of memory. */

@@ -1,0 +1,801 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "handlers.h"
+#include "log.h"
+#include "protocol.h"
+#include "util.h"
+
+/* What the table says of a method, checked before its handler runs. */
+typedef enum MethodFlags {
+        METHOD_CONFIGURE = 1 << 0, /* changes the configuration: for root and the daemon's own user only */
+} MethodFlags;
+
+typedef struct Method {
+        const char *name;
+        control_handler_t handler; /* given the Handlers */
+        MethodFlags flags;
+} Method;
+
+#define N_METHODS 11 /* the rows of methods[] */
+
+struct Handlers {
+        HandlersHost host;
+        struct Waiter *waiters;           /* control requests waiting for a state */
+        ControlMethod control[N_METHODS]; /* the table as the control server takes it: every row dispatched here */
+};
+
+/* A control request waiting for something to happen. */
+typedef enum WaitFor {
+        WAIT_READY,   /* start, restart: the context ready (or failing) */
+        WAIT_STOPPED, /* stop */
+        WAIT_PROBE,   /* check: ready, then a heartbeat answered after we asked */
+        WAIT_ALL,     /* wait: every named context ready */
+        WAIT_REMOVED, /* remove: the removed context stopped; answered with the reload report */
+} WaitFor;
+typedef struct Waiter {
+        struct Waiter *next;
+        Handlers *h;
+        ControlRequest *req;
+        Context *ctx;  /* NULL for WAIT_ALL */
+        json_t *names; /* WAIT_ALL: the contexts, an array of strings */
+        WaitFor want;
+        bool probing; /* WAIT_PROBE: a ping is out */
+        uint64_t hb_base;
+        json_t *report; /* WAIT_REMOVED: the answer (owned) */
+        uv_timer_t timer;
+} Waiter;
+
+/* ---- Lookup and visibility ---- */
+
+static Context *find(Handlers *h, const char *name) {
+        return h->host.find(h->host.userdata, name);
+}
+
+bool handlers_peer_sees(const ControlPeer *peer, const Context *c) {
+        return peer->uid == 0 || peer->uid == getuid() || context_uid(c) == peer->uid;
+}
+
+/* ---- Waiters ---- */
+
+static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer);
+
+static void waiter_close_cb(uv_handle_t *h) {
+        Waiter *w = h->data;
+
+        json_decref(w->names);
+        json_decref(w->report);
+        free(w);
+}
+
+static void waiter_free(Waiter *w) {
+        Waiter **p = &w->h->waiters;
+
+        while (*p && *p != w)
+                p = &(*p)->next;
+        if (*p)
+                *p = w->next;
+        uv_timer_stop(&w->timer);
+        uv_close((uv_handle_t *) &w->timer, waiter_close_cb);
+}
+
+/* Answers w (result, or an error when code != 0) and frees it. The request
+ * is freed by its answer: no cancel may fire after it. */
+static void waiter_answer(Waiter *w, int code, json_t *data_or_result, const char *message) {
+        control_request_set_cancel(w->req, NULL, NULL);
+        if (code)
+                control_request_error(w->req, code, data_or_result, "%s", message);
+        else
+                control_request_reply(w->req, data_or_result);
+        waiter_free(w);
+}
+
+static void waiter_timeout_cb(uv_timer_t *t) {
+        Waiter *w = t->data;
+        char msg[512];
+
+        if (w->want == WAIT_ALL) {
+                waiter_answer(w, KS_ERR_TIMEOUT, status_result(w->h, w->names, control_request_peer(w->req)),
+                              "not every context was ready within the timeout");
+                return;
+        }
+        if (w->want == WAIT_REMOVED) {
+                /* The removal is done either way; the report says whose kernel has not exited yet. */
+                json_t *report = TAKE_PTR(w->report);
+                (void) json_object_set_new(report, "stopping", json_pack("[s]", context_name(w->ctx)));
+                waiter_answer(w, 0, report, NULL);
+                return;
+        }
+        snprintf(msg, sizeof msg, "%s: not %s within the timeout (state %s%s%s)", context_name(w->ctx),
+                 w->want == WAIT_STOPPED               ? "stopped"
+                 : w->want == WAIT_PROBE && w->probing ? "answering"
+                                                       : "ready",
+                 context_state_to_string(context_state(w->ctx)), context_last_error(w->ctx) ? ": " : "",
+                 context_last_error(w->ctx) ?: "");
+        waiter_answer(w, KS_ERR_TIMEOUT, json_pack("{s:o}", "context", context_to_json(w->ctx)), msg);
+}
+
+static void waiter_cancel_cb(ControlRequest *req, void *data) {
+        waiter_free(data);
+}
+
+static Waiter *waiter_add(Handlers *h, ControlRequest *req, Context *c, WaitFor want, usec_t timeout) {
+        Waiter *w = calloc(1, sizeof *w);
+
+        if (!w) {
+                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+                return NULL;
+        }
+        *w = (Waiter){ .next = h->waiters, .h = h, .req = req, .ctx = c, .want = want };
+        h->waiters = w;
+        uv_timer_init(h->host.loop, &w->timer);
+        w->timer.data = w;
+        uv_timer_start(&w->timer, waiter_timeout_cb, (uint64_t) ((timeout + USEC_PER_MSEC - 1) / USEC_PER_MSEC), 0);
+        control_request_set_cancel(req, waiter_cancel_cb, w);
+        return w;
+}
+
+static bool state_is_up(ContextStateKind st) {
+        return st == CONTEXT_READY || st == CONTEXT_BUSY;
+}
+
+/* Moves w on if the state of its context(s) allows; may answer and free it. */
+static void waiter_step(Handlers *h, Waiter *w) {
+        ContextStateKind st = w->ctx ? context_state(w->ctx) : CONTEXT_STOPPED;
+        char msg[512];
+
+        switch (w->want) {
+        case WAIT_STOPPED:
+                if (st == CONTEXT_STOPPED)
+                        waiter_answer(w, 0, context_to_json(w->ctx), NULL);
+                return;
+        case WAIT_REMOVED:
+                if (st == CONTEXT_STOPPED)
+                        waiter_answer(w, 0, TAKE_PTR(w->report), NULL);
+                return;
+        case WAIT_READY:
+                if (state_is_up(st))
+                        waiter_answer(w, 0, context_to_json(w->ctx), NULL);
+                else if (st == CONTEXT_BACKOFF || st == CONTEXT_FAILED || st == CONTEXT_STOPPED) {
+                        snprintf(msg, sizeof msg, "%s: %s (state %s)", context_name(w->ctx),
+                                 context_last_error(w->ctx) ?: "did not start", context_state_to_string(st));
+                        waiter_answer(w, KS_ERR_FAILED, context_to_json(w->ctx), msg);
+                }
+                return;
+        case WAIT_PROBE:
+                /* A kernel that died while probed is waited for again: the verdict names its successor. */
+                if (!state_is_up(st) && st != CONTEXT_UNRESPONSIVE)
+                        w->probing = false;
+                else if (!w->probing && context_probe(w->ctx, &w->hb_base) >= 0)
+                        w->probing = true;
+                else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
+                        waiter_answer(w, 0,
+                                      json_pack("{s:o, s:o}", "supervisor",
+                                                h->host.status(h->host.userdata, control_request_peer(w->req)),
+                                                "context", context_to_json(w->ctx)),
+                                      NULL);
+                return;
+        case WAIT_ALL: {
+                size_t i;
+                json_t *v;
+                json_array_foreach(w->names, i, v) {
+                        Context *c = find(h, json_string_value(v));
+                        if (c && !state_is_up(context_state(c)))
+                                return;
+                }
+                waiter_answer(w, 0, status_result(h, w->names, control_request_peer(w->req)), NULL);
+                return;
+        }
+        }
+}
+
+/* Moves on the waiters that c (NULL: any) concerns. */
+static void waiters_check(Handlers *h, Context *c) {
+        Waiter *w, *next;
+
+        for (w = h->waiters; w; w = next) {
+                next = w->next;
+                if (!c || w->ctx == c || w->want == WAIT_ALL)
+                        waiter_step(h, w);
+        }
+}
+
+void handlers_context_changed(Handlers *h, Context *c) {
+        waiters_check(h, c);
+}
+
+/* A probe waiting for c is answered. */
+void handlers_heartbeat(Handlers *h, Context *c) {
+        Waiter *w, *next;
+
+        for (w = h->waiters; w; w = next) {
+                next = w->next;
+                if (w->ctx == c && w->want == WAIT_PROBE)
+                        waiter_step(h, w);
+        }
+}
+
+void handlers_context_removed(Handlers *h, Context *c) {
+        Waiter *w, *next;
+
+        waiters_check(h, c); /* a stop waiter is answered */
+        for (w = h->waiters; w; w = next) {
+                next = w->next;
+                if (w->ctx == c)
+                        waiter_answer(w, KS_ERR_NO_CONTEXT, NULL, "the context was removed");
+        }
+}
+
+void handlers_shutdown(Handlers *h) {
+        Waiter *w;
+
+        while ((w = h->waiters)) {
+                control_request_set_cancel(w->req, NULL, NULL);
+                control_request_error(w->req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
+                waiter_free(w);
+        }
+}
+
+/* ---- Control methods ---- */
+
+/* {"supervisor", "contexts"} for the named contexts (NULL or empty: all the peer sees). */
+static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer) {
+        json_t *list = json_array(), *v;
+        size_t i;
+
+        if (names && json_array_size(names) > 0) {
+                json_array_foreach(names, i, v) {
+                        Context *c = find(h, json_string_value(v));
+                        if (c)
+                                json_array_append_new(list, context_to_json(c));
+                }
+        } else {
+                size_t n;
+                Context *const *all = h->host.contexts(h->host.userdata, &n);
+                for (i = 0; i < n; i++)
+                        if (handlers_peer_sees(peer, all[i]))
+                                json_array_append_new(list, context_to_json(all[i]));
+        }
+        return json_pack("{s:o, s:o}", "supervisor", h->host.status(h->host.userdata, peer), "contexts", list);
+}
+
+/* params.contexts, checked: an array of names of contexts the peer may see.
+ * Answers the request with an error and returns -1 when it is not. */
+static int request_names(Handlers *h, ControlRequest *req, json_t *params, json_t **ret) {
+        json_t *names = json_object_get(params, "contexts"), *v;
+        size_t i;
+
+        if (names && !json_is_array(names)) {
+                control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
+                return -1;
+        }
+        json_array_foreach(names, i, v) {
+                Context *c;
+                if (!json_is_string(v)) {
+                        control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
+                        return -1;
+                }
+                c = find(h, json_string_value(v));
+                /* Another uid's context is answered as a missing one, so no name can be probed. */
+                if (!c || !handlers_peer_sees(control_request_peer(req), c)) {
+                        control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s",
+                                              json_string_value(v));
+                        return -1;
+                }
+        }
+        *ret = names;
+        return 0;
+}
+
+static void method_status(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        json_t *names;
+
+        if (request_names(h, req, params, &names) < 0)
+                return;
+        control_request_reply(req, status_result(h, names, control_request_peer(req)));
+}
+
+/* The context named in params, answering the request with an error when
+ * there is none or the peer may not touch it. */
+static Context *request_context(Handlers *h, ControlRequest *req, json_t *params) {
+        const char *name = json_string_value(json_object_get(params, "context"));
+        Context *c;
+
+        if (!name) {
+                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.context must be a context name");
+                return NULL;
+        }
+        c = find(h, name);
+        /* Another uid's context is answered as a missing one, so no name can be probed. */
+        if (!c || !handlers_peer_sees(control_request_peer(req), c)) {
+                control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
+                return NULL;
+        }
+        if (h->host.stopping(h->host.userdata)) {
+                control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
+                return NULL;
+        }
+        return c;
+}
+
+/* params.timeout in seconds into *ret: def_sec when absent; more than 0;
+ * above a day taken as a day. Anything else is answered with an error and
+ * -EINVAL returned. */
+static int request_timeout(ControlRequest *req, json_t *params, unsigned def_sec, usec_t *ret) {
+        json_t *t = json_object_get(params, "timeout");
+
+        if (!t) {
+                *ret = def_sec * USEC_PER_SEC;
+                return 0;
+        }
+        if (json_is_number(t) &&
+            protocol_timeout_usec(json_number_value(t), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC, ret) >= 0)
+                return 0;
+        control_request_error(
+                req, RPC_INVALID_PARAMS, NULL,
+                "params.timeout must be a number of seconds greater than 0 (more than %d is taken as %d)",
+                PROTOCOL_MAX_TIMEOUT_SEC, PROTOCOL_MAX_TIMEOUT_SEC);
+        return -EINVAL;
+}
+
+static void method_start(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        ContextStateKind st;
+        usec_t timeout;
+
+        if (!c || request_timeout(req, params, 60, &timeout) < 0)
+                return;
+        st = context_state(c);
+        if (st == CONTEXT_READY || st == CONTEXT_BUSY || st == CONTEXT_UNRESPONSIVE)
+                return control_request_reply(req, context_to_json(c));
+        log_info("%s: start requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        waiter_add(h, req, c, WAIT_READY, timeout);
+        context_start(c);
+}
+
+static void method_restart(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        usec_t timeout;
+
+        if (!c || request_timeout(req, params, 60, &timeout) < 0)
+                return;
+        log_info("%s: restart requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        waiter_add(h, req, c, WAIT_READY, timeout);
+        context_restart(c);
+}
+
+static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        usec_t timeout;
+
+        if (!c || request_timeout(req, params, 60, &timeout) < 0)
+                return;
+        if (context_state(c) == CONTEXT_STOPPED)
+                return control_request_reply(req, context_to_json(c));
+        log_info("%s: stop requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        waiter_add(h, req, c, WAIT_STOPPED, timeout);
+        context_stop(c);
+}
+
+/* check: ready, and answering now (a heartbeat round trip after the request). */
+static void method_check(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        usec_t timeout;
+        Waiter *w;
+
+        if (!c || request_timeout(req, params, 10, &timeout) < 0)
+                return;
+        w = waiter_add(h, req, c, WAIT_PROBE, timeout);
+        if (w)
+                waiter_step(h, w);
+}
+
+/* wait: every named context (none named: every autostart one the peer sees) ready. */
+static void method_wait(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        json_t *names;
+        usec_t timeout;
+        Waiter *w;
+
+        if (request_timeout(req, params, 60, &timeout) < 0 || request_names(h, req, params, &names) < 0)
+                return;
+        if (names && json_array_size(names) > 0)
+                names = json_incref(names);
+        else {
+                size_t n;
+                Context *const *all = h->host.contexts(h->host.userdata, &n);
+                names = json_array();
+                for (size_t i = 0; i < n; i++)
+                        if (context_autostart(all[i]) && handlers_peer_sees(control_request_peer(req), all[i]))
+                                json_array_append_new(names, json_string(context_name(all[i])));
+        }
+        w = waiter_add(h, req, NULL, WAIT_ALL, timeout);
+        if (!w) {
+                json_decref(names);
+                return;
+        }
+        w->names = names;
+        waiter_step(h, w);
+}
+
+/* One cell in flight for a control request. */
+typedef struct CellRequest {
+        ControlRequest *req;
+        ExecCell *cell;
+} CellRequest;
+
+static void cell_on_output(void *userdata, const json_t *output) {
+        CellRequest *cr = userdata;
+
+        /* A peer that stopped reading loses its stream, not the cell: its reply still comes. */
+        (void) control_request_notify(cr->req, "output", json_pack("{s:O}", "output", (json_t *) output));
+}
+
+static void cell_on_done(void *userdata, const ExecResult *res) {
+        CellRequest *cr = userdata;
+        json_t *body =
+                json_pack("{s:s, s:o, s:o, s:O}", "status", exec_status_to_string(res->status), "execution_count",
+                          res->execution_count >= 0 ? json_integer(res->execution_count) : json_null(), "kernel_id",
+                          res->kernel_id ? json_string(res->kernel_id) : json_null(), "outputs",
+                          res->outputs ? res->outputs : json_array());
+
+        control_request_set_cancel(cr->req, NULL, NULL);
+        if (res->status == EXEC_DIED || res->status == EXEC_ABORTED)
+                control_request_error(cr->req, KS_ERR_FAILED, body, "%s",
+                                      res->message ?: "the cell did not run to its end");
+        else
+                control_request_reply(cr->req, body);
+        free(cr);
+}
+
+/* The client went away mid-cell: the cell is interrupted, so it never blocks the context. */
+static void cell_cancel(ControlRequest *req, void *data) {
+        CellRequest *cr = data;
+
+        exec_cell_cancel(cr->cell);
+        free(cr);
+}
+
+static const ExecSink cell_sink = {
+        .on_output = cell_on_output,
+        .on_done = cell_on_done,
+};
+
+static void method_execute(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        const char *code = json_string_value(json_object_get(params, "code"));
+        json_t *timeout = json_object_get(params, "timeout");
+        usec_t timeout_usec = USEC_INFINITY;
+        ContextStateKind st;
+        CellRequest *cr;
+        int r;
+
+        if (!c)
+                return;
+        if (!code)
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.code must be a string");
+        /* A cell's timeout is not clamped: a longer one than asked would surprise. */
+        if (timeout && (!json_is_number(timeout) ||
+                        protocol_timeout_usec(json_number_value(timeout), PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC,
+                                              &timeout_usec) != 0))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "params.timeout must be a number of seconds greater than 0 and at most "
+                                             "%d",
+                                             PROTOCOL_MAX_TIMEOUT_SEC);
+        st = context_state(c);
+        if (st == CONTEXT_STOPPED || st == CONTEXT_FAILED || st == CONTEXT_STOPPING)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s is not running (state %s%s%s)",
+                                             context_name(c), context_state_to_string(st),
+                                             context_last_error(c) ? ": " : "", context_last_error(c) ?: "");
+        cr = calloc(1, sizeof *cr);
+        if (!cr)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        cr->req = req;
+        ExecOptions opt = {
+                .timeout = timeout_usec,
+                .output_limit = context_config(c)->output_limit,
+        };
+        r = exec_queue_submit(context_exec(c), code, &opt, &cell_sink, cr, &cr->cell);
+        if (r < 0) {
+                free(cr);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot send the cell to the kernel: %s",
+                                             strerror(-r));
+        }
+        control_request_set_cancel(req, cell_cancel, cr);
+        /* Its streamed outputs and its reply each hold up to output_limit
+         * bytes of text, which JSON may double (newlines, quotes). */
+        control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
+}
+
+static void method_interrupt(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        bool any;
+
+        if (!c)
+                return;
+        any = exec_queue_interrupt(context_exec(c));
+        if (any)
+                log_info("%s: cell interrupted by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        control_request_reply(req, json_pack("{s:b}", "interrupted", any));
+}
+
+static void reload_reply(Handlers *h, ControlRequest *req, bool dry_run) {
+        _cleanup_free_ char *error = NULL;
+        json_t *report = NULL;
+        int r;
+
+        r = h->host.reload(h->host.userdata, dry_run, &report, &error);
+        if (r < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s%s", error ?: strerror(-r),
+                                             error ? "" : "; nothing changed");
+        control_request_reply(req, report);
+}
+
+static void method_reload(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+
+        if (h->host.stopping(h->host.userdata))
+                return control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
+        reload_reply(h, req, json_is_true(json_object_get(params, "dry_run")));
+}
+
+/* contexts_dir, opened without following a symlink (created when missing). */
+static int open_contexts_dir(Handlers *h) {
+        int r = mkdir_p(h->host.contexts_dir(h->host.userdata), 0755);
+
+        return r < 0 ? r : open_dir_nofollow(h->host.contexts_dir(h->host.userdata));
+}
+
+/* Whatever add writes must read back exactly: a value the INI format would cut or change is refused, with nothing
+ * written. Answers the request and returns false when refused. */
+static bool add_value_writable(ControlRequest *req, const char *key, json_t *v) {
+        _cleanup_free_ char *shown = NULL;
+        const char *reason = NULL;
+        int r;
+
+        r = config_value_writable(key, json_string_value(v), json_string_length(v), &reason);
+        if (r >= 0)
+                return true;
+        if (r == -ENOMEM) {
+                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+                return false;
+        }
+        /* The value as JSON, so a line break or a NUL shows; cut, so a huge one does not flood the reply. */
+        shown = json_dumps(v, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+        if (shown && strlen(shown) > 80)
+                strcpy(shown + 72, "\"…");
+        control_request_error(
+                req, RPC_INVALID_PARAMS, NULL,
+                "%s = %s cannot be written to an INI file so that it reads back the same: it %s; nothing "
+                "was written",
+                key, shown ?: "?", reason);
+        return false;
+}
+
+/* add: writes contexts_dir/NAME.ini and reloads; a reload that fails removes the file again. */
+static void method_add(ControlRequest *req, json_t *params, void *userdata) {
+        static const char *const keys[] = { "user", "group", "cwd", "connection_file" };
+        Handlers *h = userdata;
+        const char *name = json_string_value(json_object_get(params, "context"));
+        json_t *env = json_object_get(params, "env"), *v;
+        _cleanup_free_ char *text = NULL, *file = NULL, *error = NULL;
+        _cleanup_close_ int dirfd = -1;
+        size_t len = 0, i;
+        FILE *f;
+        json_t *report = NULL;
+        int r;
+
+        if (!name || !context_name_valid(name))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
+        /* contexts_dir ignores hidden files (editors' and our own temporary files start with '.'). */
+        if (name[0] == '.')
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "invalid context name %s: a name starting with '.' would be a hidden "
+                                             "file, which contexts_dir ignores",
+                                             name);
+        if (find(h, name))
+                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
+        if (env && !json_is_array(env))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env must be an array of K=V strings");
+        f = open_memstream(&text, &len);
+        if (!f)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        fprintf(f, "; written by kernelctl add\n[context:%s]\n", name);
+        for (i = 0; i < ELEMENTSOF(keys); i++) {
+                json_t *kv = json_object_get(params, keys[i]);
+                if (!kv)
+                        continue;
+                if (!json_is_string(kv)) {
+                        fclose(f);
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s must be a string", keys[i]);
+                }
+                if (!add_value_writable(req, keys[i], kv)) {
+                        fclose(f);
+                        return;
+                }
+                fprintf(f, "%s = %s\n", keys[i], json_string_value(kv));
+        }
+        json_array_foreach(env, i, v) {
+                if (!json_is_string(v) || !strchr(json_string_value(v), '=')) {
+                        fclose(f);
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env entries must be K=V strings");
+                }
+                if (!add_value_writable(req, "env", v)) {
+                        fclose(f);
+                        return;
+                }
+                fprintf(f, "env = %s\n", json_string_value(v));
+        }
+        if (fclose(f) != 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+
+        dirfd = open_contexts_dir(h);
+        if (dirfd < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot open %s: %s",
+                                             h->host.contexts_dir(h->host.userdata), strerror(-dirfd));
+        if (asprintf(&file, "%s.ini", name) < 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        if (faccessat(dirfd, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s/%s exists already",
+                                             h->host.contexts_dir(h->host.userdata), file);
+        r = write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
+        if (r < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot write %s/%s: %s",
+                                             h->host.contexts_dir(h->host.userdata), file, strerror(-r));
+        r = h->host.reload(h->host.userdata, false, &report, &error);
+        if (r < 0) {
+                (void) unlinkat(dirfd, file, 0);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept", error ?: strerror(-r),
+                                             h->host.contexts_dir(h->host.userdata), file);
+        }
+        control_request_reply(req, report);
+}
+
+/* How long remove waits for the removed context's kernel: its stop ends by stop_timeout (SIGKILL), and kernelctl
+ * waits 60 s for the answer. */
+static usec_t remove_timeout(const Context *c) {
+        usec_t def = context_config(c)->stop_timeout + USEC_PER_SEC;
+
+        return def < 55 * USEC_PER_SEC ? def : 55 * USEC_PER_SEC;
+}
+
+/* The answer to remove once the removed context c has stopped (or the timeout says it is still stopping):
+ * timeout is the request's, or remove_timeout() when it gave none. */
+static void remove_answer(Handlers *h, ControlRequest *req, usec_t timeout, Context *c, json_t *report) {
+        Waiter *w;
+
+        /* The reload kept c when it still finds it by its name; else c was removed, and stays valid while the
+         * loop does not run. */
+        if (find(h, context_name(c)) == c || context_state(c) == CONTEXT_STOPPED)
+                return control_request_reply(req, report);
+        w = waiter_add(h, req, c, WAIT_REMOVED, timeout ?: remove_timeout(c));
+        if (w)
+                w->report = report;
+        else
+                json_decref(report); /* waiter_add answered the request */
+}
+
+/* remove: deletes contexts_dir/NAME.ini and reloads; a reload that fails puts the file back. It answers once
+ * the context's kernel is gone, so that a script can rely on it. */
+static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        const char *name = json_string_value(json_object_get(params, "context"));
+        _cleanup_free_ char *path = NULL, *file = NULL, *text = NULL, *error = NULL;
+        _cleanup_close_ int dirfd = -1;
+        const ContextConfig *cc;
+        json_t *report = NULL;
+        usec_t timeout;
+        size_t len;
+        Context *c;
+        int r;
+
+        if (!name || !context_name_valid(name))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
+        /* A bad timeout is refused before anything is removed; 0 stands for "none given". */
+        if (request_timeout(req, params, 0, &timeout) < 0)
+                return;
+        c = find(h, name);
+        if (!c)
+                return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
+        cc = context_config(c);
+        if (asprintf(&file, "%s.ini", name) < 0 ||
+            asprintf(&path, "%s/%s", h->host.contexts_dir(h->host.userdata), file) < 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        if (!cc->source.file || !streq(cc->source.file, path))
+                return control_request_error(req, KS_ERR_FAILED, NULL,
+                                             "context %s is defined at %s:%u, not in %s: edit that file", name,
+                                             cc->source.file ?: "?", cc->source.line, path);
+        r = read_file(path, 1024 * 1024, &text, &len);
+        if (r >= 0)
+                dirfd = open_contexts_dir(h);
+        if (r < 0 || dirfd < 0 || unlinkat(dirfd, file, 0) < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot remove %s: %s", path,
+                                             strerror(r < 0       ? -r
+                                                      : dirfd < 0 ? -dirfd
+                                                                  : errno));
+        r = h->host.reload(h->host.userdata, false, &report, &error);
+        if (r < 0) {
+                (void) write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
+                                             path);
+        }
+        remove_answer(h, req, timeout, c, report);
+}
+
+/* ---- The table ---- */
+
+static const Method methods[] = {
+        { "status", method_status, 0 },
+        { "check", method_check, 0 },
+        { "wait", method_wait, 0 },
+        { "start", method_start, 0 },
+        { "stop", method_stop, 0 },
+        { "restart", method_restart, 0 },
+        { "execute", method_execute, 0 },
+        { "interrupt", method_interrupt, 0 },
+        { "reload", method_reload, METHOD_CONFIGURE },
+        { "add", method_add, METHOD_CONFIGURE },
+        { "remove", method_remove, METHOD_CONFIGURE },
+};
+_Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");
+
+/* Changing the configuration is for root and the daemon's own user. */
+static bool peer_may_configure(ControlRequest *req) {
+        const ControlPeer *peer = control_request_peer(req);
+
+        if (peer->uid == 0 || peer->uid == getuid())
+                return true;
+        control_request_error(req, KS_ERR_PERMISSION, NULL,
+                              "permission denied: only root may change the configuration");
+        return false;
+}
+
+/* Every control request comes here: the control server found its method in the table, by the same name. */
+static void method_dispatch(ControlRequest *req, json_t *params, void *userdata) {
+        const char *name = control_request_method(req);
+
+        for (size_t i = 0; i < N_METHODS; i++) {
+                if (!streq(methods[i].name, name))
+                        continue;
+                if ((methods[i].flags & METHOD_CONFIGURE) && !peer_may_configure(req))
+                        return;
+                return methods[i].handler(req, params, userdata);
+        }
+        control_request_error(req, RPC_METHOD_NOT_FOUND, NULL, "unknown method");
+}
+
+int handlers_new(const HandlersHost *host, Handlers **ret) {
+        Handlers *h = calloc(1, sizeof *h);
+
+        if (!h)
+                return -ENOMEM;
+        h->host = *host;
+        for (size_t i = 0; i < N_METHODS; i++)
+                h->control[i] = (ControlMethod){ .name = methods[i].name, .handler = method_dispatch };
+        *ret = h;
+        return 0;
+}
+
+const ControlMethod *handlers_methods(const Handlers *h, size_t *ret_n) {
+        *ret_n = N_METHODS;
+        return h->control;
+}
+
+void handlers_free(Handlers *h) {
+        free(h);
+}
