@@ -26,6 +26,9 @@
 #define PRELOAD_SETUP_MSEC 3000
 /* A launcher that died, could not start or did not answer is started again at most this often. */
 #define PRELOAD_RETRY_USEC (10 * USEC_PER_SEC)
+/* At most this many launchers run: contexts with their own environment each need one, and each holds some
+ * 25-60 MiB; the one used least recently is ended to make room. */
+#define PRELOAD_LAUNCHERS_MAX 8
 /* The largest request: argv and environment of one kernel. */
 #define PRELOAD_REQUEST_MAX (128 * 1024)
 
@@ -45,6 +48,7 @@ typedef struct Launcher {
         uv_poll_t *poll; /* on sock while starting; freed in its close callback */
         char *why;       /* while dead */
         usec_t dead_at;  /* CLOCK_MONOTONIC */
+        usec_t used_at;  /* CLOCK_MONOTONIC: last asked for */
         struct Launcher *next;
 } Launcher;
 
@@ -342,6 +346,24 @@ static pid_t launcher_answer(Launcher *l, int gofd, char **ret_cold) {
         return (pid_t) pid;
 }
 
+/* Ends the launcher used least recently when there are PRELOAD_LAUNCHERS_MAX. */
+static void launchers_make_room(PreloadPool *pool) {
+        Launcher **oldest = NULL;
+        size_t n = 0;
+
+        for (Launcher **l = &pool->launchers; *l; l = &(*l)->next, n++)
+                if (!oldest || (*l)->used_at < (*oldest)->used_at)
+                        oldest = l;
+        if (n < PRELOAD_LAUNCHERS_MAX)
+                return;
+        Launcher *victim = *oldest;
+        *oldest = victim->next;
+        if (victim->pid > 0)
+                log_info("preloaded launcher %d (%s -m %s): ended, the least recently used of %d", (int) victim->pid,
+                         victim->key[0], victim->key[1], PRELOAD_LAUNCHERS_MAX);
+        launcher_free(victim);
+}
+
 static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const char *module) {
         _cleanup_strv_free_ char **key = NULL;
         Launcher *l;
@@ -349,12 +371,20 @@ static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const cha
         if (launcher_key(p, module, &key) < 0)
                 return NULL;
         l = launcher_find(pool, key);
-        if (l)
+        if (l) {
+                l->used_at = now_usec(CLOCK_MONOTONIC);
                 return l;
+        }
+        launchers_make_room(pool);
         l = calloc(1, sizeof *l);
         if (!l)
                 return NULL;
-        *l = (Launcher){ .pool = pool, .key = TAKE_PTR(key), .pidfd = -1, .sock = -1, .next = pool->launchers };
+        *l = (Launcher){ .pool = pool,
+                         .key = TAKE_PTR(key),
+                         .pidfd = -1,
+                         .sock = -1,
+                         .used_at = now_usec(CLOCK_MONOTONIC),
+                         .next = pool->launchers };
         if (p->user && p->user->change) {
                 l->user = (SpawnUser){ .change = true, .uid = p->user->uid, .gid = p->user->gid };
                 l->user.n_groups = p->user->n_groups;

@@ -197,6 +197,9 @@ def hostile_launchers(tap):
                 "    m, anc, _, _ = s.recvmsg(1 << 20, 64)\n"
                 "    if not m: break\n"
                 "    if os.environ.get('MODE') == 'mute': time.sleep(600)\n"
+                "    if os.environ.get('MODE') == 'cold':\n"
+                "        s.send(json.dumps({'cold': 'asked to'}).encode())\n"
+                "        continue\n"
                 "    s.send(json.dumps({'pid': int(open(os.environ['VICTIM']).read())}).encode())\n")
     victim_file = os.path.join(d.tmp, "victim")
     d.write_config("[context:v]\npreload = no\n[context:l]\n[context:m]\nenv = MODE=mute\n",
@@ -216,6 +219,18 @@ def hostile_launchers(tap):
     v2 = d.context("v")
     tap.eq((v2["pid"], v2["kernel_id"], v2["state"]), (v["pid"], v["kernel_id"], "ready"),
            "the kernel the liar named is untouched")
+
+    # A flood of contexts that each need a launcher of their own (another environment): at most 8 run.
+    names = [f"f{i}" for i in range(12)]
+    d.write_config("[context:v]\npreload = no\n" + "".join(
+        f"[context:{n}]\nargv = /usr/bin/python3 -m ks_no_such_module -f {{kernel_file}}\npreload = yes\n"
+        f"restart = no\nenv = MODE=cold N={n}\n" for n in names))
+    d.ctl("reload")
+    for n in names:
+        d.wait_context(n, lambda c: c["last_exit"] is not None, "its cold kernel to have exited", 120)
+    liars = [p for p in harness.all_pids() if script in (harness.proc_cmdline(p) or [])
+             and harness.alive(p) and (harness.proc_stat(p) or (0, 0))[1] == d.proc.pid]
+    tap.ok(0 < len(liars) <= 8, "12 contexts with 12 environments: at most 8 launchers run", repr(liars))
     d.stop()
 
 
