@@ -164,7 +164,14 @@ static void launcher_poll_cb(uv_poll_t *h, int status, int events) {
                 launcher_dead(l, why, PRELOAD_RETRY_USEC);
                 return;
         }
-        launcher_dead(l, "the launcher ended before it was ready", PRELOAD_RETRY_USEC);
+        if (!j) {
+                /* Its end: how it ended (an exit code, a signal) comes with its exit, which is the better message.
+                 * One that closed the channel and lives on is still "importing" to every launch: they go cold. */
+                uv_close((uv_handle_t *) l->poll, poll_close_cb);
+                l->poll = NULL;
+                return;
+        }
+        launcher_dead(l, "the launcher said something else than ready", PRELOAD_RETRY_USEC);
 }
 
 /* The key's first three rows; the environment follows. */
@@ -477,6 +484,8 @@ bool preload_child_exited(PreloadPool *pool, pid_t pid) {
                 else
                         snprintf(why, sizeof why, "the preloaded launcher was killed by SIG%s",
                                  sigabbrev_np(si.si_status) ?: "?");
+                if (l->state != LAUNCHER_DEAD)
+                        log_warning("preloaded launcher %d (%s -m %s): %s", (int) pid, l->key[0], l->key[1], why);
                 close(l->pidfd);
                 l->pidfd = -1;
                 l->pid = 0;

@@ -234,6 +234,24 @@ def hostile_launchers(tap):
     d.stop()
 
 
+def launcher_cannot_start(tap):
+    """A launcher that cannot start (its file is missing): launches are cold at once and say why."""
+    d = harness.Daemon(tap)
+    d.preload_script = os.path.join(d.tmp, "no-such-launcher.py")
+    d.write_config("[context:y]\nargv = /usr/bin/python3 -m ks_no_such_module -f {kernel_file}\npreload = yes\n"
+                   "restart = no\nautostart = no\n")
+    d.start()
+    d.ctl("start", "y", timeout=60)
+    d.wait_log("preloaded launcher")
+    d.wait_log("exited with code 2")
+    mark = d.log_mark()
+    d.ctl("start", "y", timeout=60)
+    d.wait_context("y", lambda c: c["last_exit"] is not None and c["state"] == "stopped", "the next kernel to exit", 60)
+    tap.contains(d.log_since(mark), "y: launching cold: the preloaded launcher exited with code 2",
+                 "a launcher that cannot start: the next launch is cold at once and the log says why")
+    d.stop()
+
+
 def bad_config(tap):
     d = harness.Daemon(tap)
     d.write_config("[context:x]\nargv = /bin/true {kernel_file}\npreload = yes\n")
@@ -281,6 +299,8 @@ def run(tap):
         d.user.close()
     with tap.guard("hostile launchers"):
         hostile_launchers(tap)
+    with tap.guard("a launcher that cannot start"):
+        launcher_cannot_start(tap)
 
 
 harness.main(run)
