@@ -23,6 +23,7 @@
 typedef struct OutPipe {
         uv_pipe_t pipe;
         char *name;
+        char *private_file, *published_file; /* the first is named as the second in the log */
         size_t len;
         char buf[4096];
 } OutPipe;
@@ -31,7 +32,24 @@ static void out_close_cb(uv_handle_t *h) {
         OutPipe *o = h->data;
 
         free(o->name);
+        free(o->private_file);
+        free(o->published_file);
         free(o);
+}
+
+/* ipykernel prints the path it was given in its banner ("--existing /run/kernelsup/kernels/NAME/kernel.json"):
+ * the kernel's private copy, which no client should use (it goes when the kernel exits). The log names the
+ * published file in its place, the one clients are to use. */
+static void out_log_line(const OutPipe *o, const char *s, size_t len) {
+        size_t n = strlen(o->private_file);
+        const char *hit = memmem(s, len, o->private_file, n);
+
+        if (!hit) {
+                log_info("%s: %.*s", o->name, (int) len, s);
+                return;
+        }
+        log_info("%s: %.*s%s%.*s", o->name, (int) (hit - s), s, o->published_file,
+                 (int) (len - (size_t) (hit - s) - n), hit + n);
 }
 
 static void out_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -44,12 +62,12 @@ static void out_flush(OutPipe *o, bool all) {
         char *start = o->buf, *end = o->buf + o->len, *nl;
 
         while ((nl = memchr(start, '\n', (size_t) (end - start)))) {
-                log_info("%s: %.*s", o->name, (int) (nl - start), start);
+                out_log_line(o, start, (size_t) (nl - start));
                 start = nl + 1;
         }
         /* A full buffer without a newline, or the end of the stream, is flushed as a line. */
         if (start < end && (all || (start == o->buf && o->len == sizeof o->buf))) {
-                log_info("%s: %.*s", o->name, (int) (end - start), start);
+                out_log_line(o, start, (size_t) (end - start));
                 start = end;
         }
         o->len = (size_t) (end - start);
@@ -70,8 +88,10 @@ static void out_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 
 /* Returns the write end for the child, or -errno. Under journald the kernel writes to its own journal
  * stream, tagged kernelsup/NAME: that survives the daemon, so a kernel adopted after a crash still has
- * somewhere to write. Elsewhere a pipe to us, and our log prefixes each line with the context. */
-static int out_pipe_open(Context *c) {
+ * somewhere to write, but its lines reach the journal as the kernel wrote them (its banner names kernel_file,
+ * so we say which file clients use). Elsewhere a pipe to us, and our log prefixes each line with the context
+ * and names the published file where the kernel named kernel_file. */
+static int out_pipe_open(Context *c, const char *kernel_file) {
         int fds[2];
         OutPipe *o;
         int r;
@@ -80,14 +100,22 @@ static int out_pipe_open(Context *c) {
                 char id[96];
                 snprintf(id, sizeof id, "kernelsup/%s", c->name);
                 r = sd_journal_stream_fd(id, LOG_INFO, 0);
-                if (r >= 0)
+                if (r >= 0) {
+                        log_info("%s: clients connect with %s (the kernel's banner names its private copy %s)",
+                                 c->name, c->cfg->connection_file, kernel_file);
                         return r;
+                }
         }
 
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return -errno;
         o = calloc(1, sizeof *o);
-        if (!o || !(o->name = strdup(c->name))) {
+        if (!o || !(o->name = strdup(c->name)) || !(o->private_file = strdup(kernel_file)) ||
+            !(o->published_file = strdup(c->cfg->connection_file))) {
+                if (o) {
+                        free(o->name);
+                        free(o->private_file);
+                }
                 free(o);
                 close(fds[0]);
                 close(fds[1]);
@@ -230,6 +258,44 @@ static int context_write_files(Context *c, char **ret_kernel_file, char **ret_er
                                  reason ?: strerror(-r), r);
         *ret_kernel_file = TAKE_PTR(kfile);
         return 0;
+}
+
+/* Removes the directory runtime_dir/sub/name (opened without following a link) unless keep_dir, after the file
+ * inner in it when inner is not NULL; what is missing is success. */
+static int runtime_remove(const Context *c, const char *sub, const char *name, const char *inner, bool keep_dir,
+                          char **ret_failed) {
+        _cleanup_close_ int dirfd = -1, own = -1;
+        _cleanup_free_ char *path = NULL;
+        int r = 0;
+
+        if (asprintf(&path, "%s/%s", c->host->runtime_dir, sub) < 0)
+                return -ENOMEM;
+        dirfd = open_dir_nofollow(path);
+        if (dirfd < 0)
+                return dirfd == -ENOENT ? 0 : dirfd;
+        if (inner) {
+                /* The directory is the context user's: nothing in it is followed, a link there is removed itself. */
+                own = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (own < 0 && errno != ENOENT)
+                        r = -errno;
+                else if (own >= 0 && unlinkat(own, inner, 0) < 0 && errno != ENOENT)
+                        r = -errno;
+        }
+        if (r >= 0 && !keep_dir && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                r = -errno;
+        if (r < 0 && ret_failed && asprintf(ret_failed, "%s/%s%s%s", path, name, inner ? "/" : "", inner ?: "") < 0)
+                *ret_failed = NULL;
+        return r;
+}
+
+int context_remove_private_files(Context *c, bool dirs, char **ret_failed) {
+        int r;
+
+        r = runtime_remove(c, "kernels", c->name, "kernel.json", !dirs, ret_failed);
+        if (r >= 0 && dirs)
+                /* The ipc sockets' directory (its sockets went when the kernel exited). */
+                r = runtime_remove(c, "ipc", c->name, NULL, false, ret_failed);
+        return r;
 }
 
 /* A launch that did not happen takes its identity back: nothing ran under it. */
@@ -398,7 +464,7 @@ void context_launch(Context *c) {
         if (r < 0)
                 return context_launch_failed(c, "out of memory");
 
-        outfd = out_pipe_open(c);
+        outfd = out_pipe_open(c, kfile);
         if (outfd < 0)
                 return context_launch_failed(c, "cannot create the output pipe");
         SpawnParams p = {

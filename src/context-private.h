@@ -68,7 +68,9 @@ struct Context {
         uint64_t hb_answers;       /* pings answered, ever */
         usec_t unresponsive_since; /* CLOCK_MONOTONIC */
         int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
-        unsigned failures;         /* consecutive, for the backoff */
+        bool client_shutdown;      /* stopping because the kernel acknowledged a client's shutdown_request */
+        unsigned failures;         /* consecutive ends (failed starts and deaths) for the backoff; 0 after
+                                    * backoff_reset of readiness */
         StartLimit limit;
         int n_open_handles;
         LeftoverEnd *leftovers; /* the last kernel's leftovers, still being ended; NULL when none */
@@ -86,5 +88,9 @@ void context_pid_poll_cb(uv_poll_t *p, int status, int events);
 void context_launch_failed(Context *c, const char *msg);
 
 /* context-launch.c */
+/* Removes the kernel's private copy of its connection file (it holds the key; only a starting kernel reads it,
+ * and each launch writes it anew); with dirs, the context's directories below runtime_dir too (kernels/NAME,
+ * ipc/NAME: a removed context). Never follows a link. -errno, and *ret_failed (may be NULL) names the path. */
+int context_remove_private_files(Context *c, bool dirs, char **ret_failed);
 void context_deadline_cb(uv_timer_t *t);
 void context_launch(Context *c);

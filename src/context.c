@@ -12,6 +12,7 @@
 
 #include "context-private.h"
 #include "log.h"
+#include "userfile.h"
 #include "util.h"
 
 /* ---- Accessors ---- */
@@ -118,6 +119,7 @@ static uint64_t stop_phase_msec(const Context *c);
 /* ---- The kernel connection ---- */
 
 static void context_became_ready(Context *c);
+static void context_shutdown_acked(Context *c);
 
 static void context_check_started(Context *c) {
         if (c->state == CONTEXT_STARTING && c->got_info && c->got_iopub)
@@ -131,7 +133,8 @@ static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *m
         if (channel == CHANNEL_SHELL && streq(jupyter_msg_type(msg), "kernel_info_reply")) {
                 c->got_info = true;
                 context_check_started(c);
-        }
+        } else if (streq(jupyter_msg_type(msg), "shutdown_reply"))
+                context_shutdown_acked(c);
 }
 
 static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdata) {
@@ -140,6 +143,9 @@ static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdat
         exec_queue_on_iopub(c->exec, msg);
         c->got_iopub = true;
         context_check_started(c);
+        /* ipykernel broadcasts its shutdown_reply to every client: someone else asked it to go. */
+        if (streq(jupyter_msg_type(msg), "shutdown_reply"))
+                context_shutdown_acked(c);
 }
 
 static void conn_on_hb(KernelConn *conn, void *userdata) {
@@ -236,7 +242,40 @@ bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]) {
         return true;
 }
 
-int context_forget(Context *c) {
+/* The published connection file goes with the user's rights, as it was written (connfile.h); one in the
+ * daemon's own directory with the daemon's. */
+static int context_unpublish(Context *c, char **ret_reason) {
+        SpawnUser u = {};
+        _cleanup_free_ char *err = NULL;
+        bool own = c->cfg->connection_file_published;
+        int r;
+
+        if (own || c->user_resolved)
+                return user_file_remove(c->cfg->connection_file, own ? NULL : &c->user, ret_reason);
+        r = spawn_user_resolve(c->cfg->user, c->cfg->group, &u, &err);
+        if (r < 0) {
+                if (asprintf(ret_reason, "%s", err ?: "cannot resolve its user") < 0)
+                        *ret_reason = NULL;
+                return r;
+        }
+        r = user_file_remove(c->cfg->connection_file, &u, ret_reason);
+        spawn_user_done(&u);
+        return r;
+}
+
+int context_forget(Context *c, bool keep_connection_file) {
+        _cleanup_free_ char *failed = NULL, *reason = NULL;
+        int r;
+
+        r = context_remove_private_files(c, true, &failed);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "its runtime files");
+        if (!keep_connection_file) {
+                r = context_unpublish(c, &reason);
+                if (r < 0)
+                        log_warning("%s: failed to remove its connection file %s: %s", c->name,
+                                    c->cfg->connection_file, reason ?: strerror(-r));
+        }
         return context_state_remove(c->host->state_dirfd, c->name);
 }
 
@@ -383,7 +422,7 @@ static void describe_exit(const ExitInfo *e, char *buf, size_t size) {
                 snprintf(buf, size, "exited with code %d", e->code);
 }
 
-static void context_schedule_restart(Context *c);
+static void context_schedule_restart(Context *c, bool failed_start);
 
 /* A dead kernel's socket files stay behind (ipykernel does not remove them when it is given its file):
  * nothing listens on them any more, so they go, also when no kernel follows. */
@@ -396,6 +435,17 @@ static void context_remove_sockets(Context *c) {
         r = ipc_sockets_remove(c->host->runtime_dir, c->name, &failed);
         if (r < 0)
                 log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's sockets");
+}
+
+/* The kernel's private copy of its connection file holds the key and has done its work: it goes, also when no
+ * kernel follows. */
+static void context_remove_kernel_file(Context *c) {
+        _cleanup_free_ char *failed = NULL;
+        int r;
+
+        r = context_remove_private_files(c, false, &failed);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to remove %s: %m", c->name, failed ?: "the kernel's connection file");
 }
 
 static void log_leftovers(const Context *c, int r, GroupKill kill, const char *group) {
@@ -458,13 +508,55 @@ static void context_end_group(Context *c) {
                 log_leftovers(c, r, c->limits.kill, c->limits.group);
 }
 
+/* What follows a kernel's exit (its process is gone, what names how): stopped, launched again at once (a
+ * restart), or restarted after a backoff. Only a kernel that never became ready counts as a failed start
+ * (start_limit_burst of them make the context failed); one that was ready, and went away for any reason (a
+ * client's shutdown_request, a kill, the OOM killer, a crash), is restarted with the backoff and never failed. */
+static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, const char *what) {
+        bool by_client = c->client_shutdown, failed_start = was == CONTEXT_STARTING;
+        char msg[256];
+
+        c->client_shutdown = false;
+        if (was == CONTEXT_STOPPING && (!by_client || c->restart_pending || !c->want_running)) {
+                log_info("%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
+                context_save(c);
+                /* Stopped means nothing of it is left: until then the context stays stopping. */
+                if (c->leftovers)
+                        c->stop_deferred = true;
+                else
+                        context_finish_stop(c);
+                return;
+        }
+
+        if (c->pending_error)
+                snprintf(msg, sizeof msg, "%s", c->pending_error);
+        else if (failed_start)
+                snprintf(msg, sizeof msg, "%s before it was ready", what);
+        else
+                snprintf(msg, sizeof msg, "kernel %s%s", what, by_client ? " after a client's shutdown_request" : "");
+        free(c->pending_error);
+        c->pending_error = NULL;
+        context_set_error(c, msg);
+        log_warning("%s: kernel %s (pid %d) %s", c->name, c->st.kernel_id, (int) pid, msg);
+        context_save(c);
+
+        /* A kernel a client shut down ended as asked, even when it had to be helped with a signal. */
+        if (c->cfg->restart == RESTART_NO || (c->cfg->restart == RESTART_ON_FAILURE &&
+                                              (by_client || (!c->st.last_exit.signal && c->st.last_exit.code == 0)))) {
+                c->want_running = false;
+                context_set_state(c, CONTEXT_STOPPED);
+                return;
+        }
+        context_schedule_restart(c, failed_start);
+}
+
 /* The kernel (our child, or an adopted process) has exited: pidfd readable.
  * Ends what is left of its process group before reaping the leader, so its
  * pid (the group id) cannot be reused in between. */
 static void context_handle_exit(Context *c) {
         ContextStateKind was = c->state;
         siginfo_t si = { 0 };
-        char what[64], msg[256];
+        char what[64];
 
         if (c->pid <= 0)
                 return;
@@ -493,6 +585,7 @@ static void context_handle_exit(Context *c) {
         spawn_pending_drop(&c->release);
         describe_exit(&c->st.last_exit, what, sizeof what);
         context_remove_sockets(c);
+        context_remove_kernel_file(c);
 
         uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
         c->pid_poll = NULL;
@@ -510,36 +603,7 @@ static void context_handle_exit(Context *c) {
         uv_timer_stop(&c->hb_timer);
         c->adopting = false;
 
-        if (was == CONTEXT_STOPPING) {
-                log_info("%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
-                context_save(c);
-                /* Stopped means nothing of it is left: until then the context stays stopping. */
-                if (c->leftovers)
-                        c->stop_deferred = true;
-                else
-                        context_finish_stop(c);
-                return;
-        }
-
-        if (c->pending_error)
-                snprintf(msg, sizeof msg, "%s", c->pending_error);
-        else if (was == CONTEXT_STARTING)
-                snprintf(msg, sizeof msg, "%s before it was ready", what);
-        else
-                snprintf(msg, sizeof msg, "kernel %s", what);
-        free(c->pending_error);
-        c->pending_error = NULL;
-        context_set_error(c, msg);
-        log_warning("%s: kernel %s (pid %d) %s", c->name, c->st.kernel_id, (int) si.si_pid, msg);
-        context_save(c);
-
-        if (c->cfg->restart == RESTART_NO ||
-            (c->cfg->restart == RESTART_ON_FAILURE && !c->st.last_exit.signal && c->st.last_exit.code == 0)) {
-                c->want_running = false;
-                context_set_state(c, CONTEXT_STOPPED);
-                return;
-        }
-        context_schedule_restart(c);
+        context_after_exit(c, was, si.si_pid, what);
 }
 
 void context_pid_poll_cb(uv_poll_t *p, int status, int events) {
@@ -563,12 +627,14 @@ static void timer_launch_cb(uv_timer_t *t) {
         context_launch(c);
 }
 
-static void context_schedule_restart(Context *c) {
+/* Only failed starts count toward the start limit; every end counts toward the backoff, which
+ * backoff_reset of readiness starts over (context_info_timer_cb). */
+static void context_schedule_restart(Context *c, bool failed_start) {
         usec_t now = now_usec(CLOCK_MONOTONIC), delay;
         char d[32], d2[32];
         uint32_t rnd = 0;
 
-        if (start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
+        if (failed_start && start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
                 log_error("%s: %u failed starts within %s; failed, retrying in %s", c->name, c->cfg->start_limit_burst,
                           format_duration(d, sizeof d, c->cfg->start_limit_interval),
                           format_duration(d2, sizeof d2, c->cfg->failed_cooldown));
@@ -579,7 +645,13 @@ static void context_schedule_restart(Context *c) {
         }
         (void) random_bytes(&rnd, sizeof rnd);
         delay = backoff_delay(c->cfg->backoff_min, c->cfg->backoff_max, c->failures++, rnd);
-        log_info("%s: restarting in %s", c->name, format_duration(d, sizeof d, delay));
+        if (failed_start)
+                log_info("%s: restarting in %s", c->name, format_duration(d, sizeof d, delay));
+        else
+                log_info("%s: restarting in %s (ended %u time%s in a row; the delay starts over once a kernel stays "
+                         "ready for backoff_reset, %s)",
+                         c->name, format_duration(d, sizeof d, delay), c->failures, c->failures == 1 ? "" : "s",
+                         format_duration(d2, sizeof d2, c->cfg->backoff_reset));
         uv_timer_start(&c->timer, timer_launch_cb, delay / USEC_PER_MSEC, 0);
         context_set_state(c, CONTEXT_BACKOFF);
 }
@@ -592,7 +664,7 @@ void context_launch_failed(Context *c, const char *msg) {
         context_save(c);
         /* Keep to the table's path: a failure follows a start. */
         context_set_state(c, CONTEXT_STARTING);
-        context_schedule_restart(c);
+        context_schedule_restart(c, true);
 }
 
 /* ---- Stop ---- */
@@ -615,8 +687,9 @@ static void stop_timer_cb(uv_timer_t *t) {
                 return;
         if (c->stop_phase == 0) {
                 char d[32];
-                log_info("%s: kernel did not stop within shutdown_grace (%s) of shutdown_request; sending SIGTERM",
-                         c->name, format_duration(d, sizeof d, c->cfg->shutdown_grace));
+                log_info("%s: kernel did not stop within shutdown_grace (%s) of %s; sending SIGTERM", c->name,
+                         format_duration(d, sizeof d, c->cfg->shutdown_grace),
+                         c->client_shutdown ? "its shutdown_reply to a client" : "shutdown_request");
                 (void) kill(-c->pid, SIGTERM);
                 /* A stopped process acts on SIGTERM only once it runs again. */
                 (void) kill(-c->pid, SIGCONT);
@@ -629,32 +702,51 @@ static void stop_timer_cb(uv_timer_t *t) {
         }
 }
 
-static void context_begin_stop(Context *c) {
+/* Moves a running kernel to stopping: with ask, a shutdown_request goes to a kernel that can answer it (a kernel
+ * still starting gets SIGTERM at once instead); without, the kernel has acknowledged one already. Either way
+ * SIGTERM follows after shutdown_grace, SIGKILL at stop_timeout. */
+static void context_enter_stopping(Context *c, bool ask) {
+        bool starting = c->state == CONTEXT_STARTING;
+
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
         uv_timer_stop(&c->hb_timer);
+        c->stop_phase = 0;
+        context_set_state(c, CONTEXT_STOPPING);
+        if (ask && c->conn && !starting)
+                (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 0),
+                                        NULL);
+        if (ask && (!c->conn || starting)) {
+                (void) kill(-c->pid, SIGTERM);
+                (void) kill(-c->pid, SIGCONT);
+                c->stop_phase = 1;
+        }
+        uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
+}
+
+/* The kernel said it is shutting down (its shutdown_reply to a client, seen on iopub, or on control): it is
+ * about to exit. It is stopping now, so no cell is handed to it; one that does not exit is ended as a stop
+ * ends it. What follows its exit is context_after_exit()'s: a restart, after the backoff. */
+static void context_shutdown_acked(Context *c) {
+        if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE)
+                return;
+        log_info("%s: kernel %s acknowledged a client's shutdown_request; it should exit now", c->name,
+                 c->st.kernel_id);
+        c->client_shutdown = true;
+        context_enter_stopping(c, false);
+}
+
+static void context_begin_stop(Context *c) {
         switch (c->state) {
         case CONTEXT_STARTING:
         case CONTEXT_READY:
         case CONTEXT_BUSY:
-        case CONTEXT_UNRESPONSIVE: {
-                bool starting = c->state == CONTEXT_STARTING;
-                c->stop_phase = 0;
-                context_set_state(c, CONTEXT_STOPPING);
-                if (c->conn && !starting)
-                        (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "shutdown_request",
-                                                json_pack("{s:b}", "restart", 0), NULL);
-                /* A kernel still starting gets no request it could not answer yet: SIGTERM at once. */
-                if (!c->conn || starting) {
-                        (void) kill(-c->pid, SIGTERM);
-                        (void) kill(-c->pid, SIGCONT);
-                        c->stop_phase = 1;
-                }
-                uv_timer_start(&c->timer, stop_timer_cb, stop_phase_msec(c), 0);
+        case CONTEXT_UNRESPONSIVE:
+                context_enter_stopping(c, true);
                 break;
-        }
         case CONTEXT_BACKOFF:
         case CONTEXT_FAILED:
+                uv_timer_stop(&c->timer);
                 context_set_state(c, CONTEXT_STOPPED);
                 break;
         default:

@@ -90,8 +90,11 @@ const ContextConfig *context_config(const Context *c);
 int context_set_config(Context *c, const ContextConfig *cc);
 /* Its ports, when it has any yet. */
 bool context_ports(const Context *c, uint16_t ret[_CHANNEL_MAX]);
-/* Removes its persisted state (a context removed from the config). */
-int context_forget(Context *c);
+/* Removes everything of a stopped context on disk (a context removed from the config): its persisted state,
+ * the kernel's private copy of the connection file and its directories below runtime_dir, and, unless
+ * keep_connection_file (another context publishes at the same path now), the published connection file. Each
+ * of them holds the key. What cannot be removed is logged; returns the state file's removal result. */
+int context_forget(Context *c, bool keep_connection_file);
 
 /* The sandbox was frozen: restart the deadlines from now. */
 void context_resumed(Context *c);

@@ -48,6 +48,7 @@ typedef struct Options {
         const char *expect; /* check: the kernel_id saved earlier */
         usec_t timeout;     /* USEC_INFINITY when not given */
         bool dry_run;       /* reload: say what would change */
+        bool wait;          /* add: until the new context's kernel is ready */
         /* add: the new context's settings; env is NULL-terminated. */
         const char *user, *group, *cwd, *connection_file;
         char **env;
@@ -82,10 +83,12 @@ static void help(void) {
                "                       new contexts start, removed ones stop, changed ones\n"
                "                       restart only when their process settings changed\n"
                "  add CTX              write contexts_dir/CTX.ini (--user, --group, --cwd,\n"
-               "                       --env K=V..., --connection-file) and apply it\n"
+               "                       --env K=V..., --connection-file) and apply it;\n"
+               "                       with --wait, until its kernel is ready\n"
                "  remove CTX           delete contexts_dir/CTX.ini, stop the context and wait\n"
                "                       until its kernel is gone\n"
                "  version              print the version of kernelctl\n"
+               "  help                 show this help\n"
                "\n"
                "Options:\n"
                "  --socket PATH        control socket (default: $KERNELSUP_SOCKET, else\n"
@@ -96,7 +99,8 @@ static void help(void) {
                "                       for the reply (default 15); exec: the cell's timeout\n"
                "                       (default none); check: default 10; wait: default 60;\n"
                "                       remove: how long to wait for the kernel to be gone\n"
-               "                       (default: its stop_timeout + 1)\n"
+               "                       (default: its stop_timeout + 1); add --wait:\n"
+               "                       default 60\n"
                "                       more than 0 and at most 86400 (one day)\n"
                "  --stream             exec: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
@@ -105,6 +109,8 @@ static void help(void) {
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
                "                       add: the new context's settings (--env repeats)\n"
+               "  --wait               add: start the new context and wait until its kernel\n"
+               "                       is ready\n"
                "  --version            print the version of kernelctl\n"
                "  -h, --help           show this help\n"
                "\n"
@@ -610,17 +616,13 @@ static int cmd_status(const Options *o, char **args, unsigned n_args) {
         return EXIT_OK;
 }
 
-/* start, stop and restart: the result is the context's status after the action. */
-static int cmd_action(const Options *o, const char *method, const char *name) {
-        json_auto_t *params = NULL, *result = NULL;
-        _cleanup_free_ char *shown_name = NULL, *shown_state = NULL;
-        const char *state;
+/* Sends start, stop or restart for name and waits for the context's status after the action (*ret_result). */
+static int action_call(const Options *o, const char *method, const char *name, json_t **ret_result) {
+        json_auto_t *params = NULL;
         bool is_stop = streq(method, "stop");
         usec_t timeout = o->timeout, wait;
         int r;
 
-        if (!context_name_valid(name))
-                return usage_error("invalid context name: '%s'", name);
         if (timeout == USEC_INFINITY && !is_stop)
                 timeout = START_TIMEOUT_USEC;
         /* stop without --timeout leaves the daemon its configured stop timeout. */
@@ -634,40 +636,65 @@ static int cmd_action(const Options *o, const char *method, const char *name) {
                                 timeout % USEC_PER_SEC == 0 ? json_integer((json_int_t) (timeout / USEC_PER_SEC))
                                                             : json_real(usec_to_seconds(timeout))) < 0)
                 return fail(EXIT_FAILED, "out of memory.");
-
-        r = call(o, method, TAKE_PTR(params), wait, &result);
+        r = call(o, method, TAKE_PTR(params), wait, ret_result);
         if (r != EXIT_OK)
                 return r;
-        state = object_string(result, "state");
-        if (!json_is_object(result) || !state)
+        if (!json_is_object(*ret_result) || !object_string(*ret_result, "state")) {
+                json_decref(TAKE_PTR(*ret_result));
                 return fail(EXIT_FAILED, "invalid reply from kernelsupd.");
+        }
+        return EXIT_OK;
+}
+
+/* Prints the context's status after the action as one line ("a: ready (pid 12, incarnation 3)"); exit 1 when it
+ * did not end where the action should have left it. */
+static int action_print(const char *name, const json_t *result) {
+        _cleanup_free_ char *shown_name = NULL, *shown_state = NULL;
+        const char *state = object_string(result, "state");
+        const json_t *pid = json_object_get(result, "pid");
 
         shown_name = sanitize(object_string(result, "name") ?: name, false);
         shown_state = sanitize(state, false);
         if (!shown_name || !shown_state)
                 return fail(EXIT_FAILED, "out of memory.");
-        if (o->json)
-                r = print_json(result);
-        else {
-                const json_t *pid = json_object_get(result, "pid");
+        if (json_is_integer(pid))
+                printf("%s: %s (pid %lld, incarnation %lld)\n", shown_name, shown_state,
+                       (long long) json_integer_value(pid),
+                       (long long) json_integer_value(json_object_get(result, "incarnation")));
+        else
+                printf("%s: %s\n", shown_name, shown_state);
+        return EXIT_OK;
+}
 
-                if (json_is_integer(pid))
-                        printf("%s: %s (pid %lld, incarnation %lld)\n", shown_name, shown_state,
-                               (long long) json_integer_value(pid),
-                               (long long) json_integer_value(json_object_get(result, "incarnation")));
-                else
-                        printf("%s: %s\n", shown_name, shown_state);
-        }
+/* The reply came, but the context did not end where the action should have left it: exit 1, saying why. */
+static int action_verdict(bool is_stop, const char *name, const json_t *result) {
+        const char *state = object_string(result, "state");
+        _cleanup_free_ char *shown_name = NULL, *shown_state = NULL, *error = NULL;
+
+        if (is_stop ? streq(state, "stopped") : state_is_up(state))
+                return EXIT_OK;
+        shown_name = sanitize(object_string(result, "name") ?: name, false);
+        shown_state = sanitize(state, false);
+        error = sanitize(object_string(result, "last_error") ?: "", false);
+        return fail(EXIT_FAILED, "%s is %s, not %s%s%s.", shown_name ?: "?", shown_state ?: "?",
+                    is_stop ? "stopped" : "ready", error && *error ? ": " : "", error ?: "");
+}
+
+/* start, stop and restart: the result is the context's status after the action. */
+static int cmd_action(const Options *o, const char *method, const char *name) {
+        json_auto_t *result = NULL;
+        bool is_stop = streq(method, "stop");
+        int r;
+
+        if (!context_name_valid(name))
+                return usage_error("invalid context name: '%s'", name);
+        r = action_call(o, method, name, &result);
         if (r != EXIT_OK)
                 return r;
-        /* The reply came, but the context did not end where the action should have left it. */
-        if (is_stop ? !streq(state, "stopped") : !state_is_up(state)) {
-                _cleanup_free_ char *error = sanitize(object_string(result, "last_error") ?: "", false);
-
-                return fail(EXIT_FAILED, "%s is %s, not %s%s%s.", shown_name, shown_state,
-                            is_stop ? "stopped" : "ready", error && *error ? ": " : "", error ?: "");
-        }
-        return EXIT_OK;
+        r = o->json ? print_json(result) : action_print(name, result);
+        if (r != EXIT_OK)
+                return r;
+        return action_verdict(is_stop, name, result);
 }
 
 static int cmd_start(const Options *o, char **args, unsigned n_args) {
@@ -684,6 +711,11 @@ static int cmd_restart(const Options *o, char **args, unsigned n_args) {
 
 static int cmd_version(const Options *o, char **args, unsigned n_args) {
         return version();
+}
+
+static int cmd_help(const Options *o, char **args, unsigned n_args) {
+        help();
+        return EXIT_OK;
 }
 
 /* ---- exec ---- */
@@ -1099,8 +1131,13 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
                 }
         } else if (streq(verdict, "not-ready")) {
                 _cleanup_free_ char *why = describe_not_ready(ctx);
+                const char *state = object_string(ctx, "state");
 
-                printf("%s: not ready within %g s (%s)\n", name ?: "?", usec_to_seconds(total), why ?: "?");
+                /* A kernel that is up but did not answer the probe is not "not ready": say what did not happen. */
+                printf("%s: %s within %g s (%s)\n", name ?: "?",
+                       state && (state_is_up(state) || streq(state, "unresponsive")) ? "no heartbeat answer"
+                                                                                     : "not ready",
+                       usec_to_seconds(total), why ?: "?");
         } else {
                 _cleanup_free_ char *state = sanitize(object_string(ctx, "state") ?: "?", false);
                 _cleanup_free_ char *kid = sanitize(kernel_id, false);
@@ -1241,6 +1278,32 @@ static int cmd_reload(const Options *o, char **args, unsigned n_args) {
         return print_report(o, report);
 }
 
+/* add --wait: the context is started (when its kernel is not running yet) and answered for once its kernel is
+ * ready, or has failed to start, within --timeout (default 60 s). With --json, one object: the report, and the
+ * context's status as "context". */
+static int add_wait(const Options *o, const char *name, json_t *report) {
+        json_auto_t *result = NULL;
+        int r;
+
+        if (!o->json) {
+                r = print_report(o, report);
+                if (r != EXIT_OK)
+                        return r;
+        }
+        r = action_call(o, "start", name, &result);
+        if (r != EXIT_OK)
+                return r;
+        if (o->json) {
+                if (json_object_set(report, "context", result) < 0)
+                        return fail(EXIT_FAILED, "out of memory.");
+                r = print_report(o, report);
+        } else
+                r = action_print(name, result);
+        if (r != EXIT_OK)
+                return r;
+        return action_verdict(false, name, result);
+}
+
 static int cmd_add(const Options *o, char **args, unsigned n_args) {
         const struct {
                 const char *key, *value;
@@ -1276,9 +1339,9 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
                         return fail(EXIT_FAILED, "invalid --env: not UTF-8.");
                 }
         r = call(o, "add", params, RELOAD_WAIT_USEC, &report);
-        if (r != EXIT_OK)
-                return r;
-        return print_report(o, report);
+        if (r != EXIT_OK || !o->wait)
+                return r != EXIT_OK ? r : print_report(o, report);
+        return add_wait(o, args[0], report);
 }
 
 static int cmd_remove(const Options *o, char **args, unsigned n_args) {
@@ -1305,10 +1368,13 @@ static int cmd_remove(const Options *o, char **args, unsigned n_args) {
 }
 
 static const Command commands[] = {
-        { "reload", 0, 0, cmd_reload },        { "add", 1, 1, cmd_add },          { "remove", 1, 1, cmd_remove },
-        { "status", 0, UINT_MAX, cmd_status }, { "start", 1, 1, cmd_start },      { "stop", 1, 1, cmd_stop },
-        { "restart", 1, 1, cmd_restart },      { "exec", 1, 2, cmd_exec },        { "interrupt", 1, 1, cmd_interrupt },
-        { "check", 1, 1, cmd_check },          { "wait", 0, UINT_MAX, cmd_wait }, { "version", 0, 0, cmd_version },
+        { "reload", 0, 0, cmd_reload },       { "add", 1, 1, cmd_add },
+        { "remove", 1, 1, cmd_remove },       { "status", 0, UINT_MAX, cmd_status },
+        { "start", 1, 1, cmd_start },         { "stop", 1, 1, cmd_stop },
+        { "restart", 1, 1, cmd_restart },     { "exec", 1, 2, cmd_exec },
+        { "interrupt", 1, 1, cmd_interrupt }, { "check", 1, 1, cmd_check },
+        { "wait", 0, UINT_MAX, cmd_wait },    { "version", 0, 0, cmd_version },
+        { "help", 0, 0, cmd_help },
 };
 
 static int parse_timeout(const char *s, usec_t *ret) {
@@ -1335,6 +1401,7 @@ int main(int argc, char *argv[]) {
                 ARG_CWD,
                 ARG_ENV,
                 ARG_CONNECTION_FILE,
+                ARG_WAIT,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -1350,6 +1417,7 @@ int main(int argc, char *argv[]) {
                 { "cwd", required_argument, NULL, ARG_CWD },
                 { "env", required_argument, NULL, ARG_ENV },
                 { "connection-file", required_argument, NULL, ARG_CONNECTION_FILE },
+                { "wait", no_argument, NULL, ARG_WAIT },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -1391,6 +1459,9 @@ int main(int argc, char *argv[]) {
                         break;
                 case ARG_DRY_RUN:
                         o.dry_run = true;
+                        break;
+                case ARG_WAIT:
+                        o.wait = true;
                         break;
                 case ARG_USER:
                         o.user = optarg;
@@ -1450,8 +1521,8 @@ int main(int argc, char *argv[]) {
                 return usage_error("--expect is an option of check");
         if (o.dry_run && !streq(cmd->name, "reload"))
                 return usage_error("--dry-run is an option of reload");
-        if (add_options && !streq(cmd->name, "add"))
-                return usage_error("--user, --group, --cwd, --env and --connection-file are options of add");
+        if ((add_options || o.wait) && !streq(cmd->name, "add"))
+                return usage_error("--user, --group, --cwd, --env, --connection-file and --wait are options of add");
 
         if (!o.socket) {
                 env = getenv("KERNELSUP_SOCKET");

@@ -162,6 +162,7 @@ not_yet:
 
 static void supervisor_finish(Supervisor *s);
 static void retire_cb(uv_timer_t *t);
+static void retire_forget(Supervisor *s, Context *c);
 
 static void supervisor_check_shutdown(Supervisor *s) {
         if (!s->stopping)
@@ -248,14 +249,33 @@ static void supervisor_context_changed(void *userdata, Context *c) {
 
         if (context_state(c) == CONTEXT_STOPPED)
                 for (size_t i = 0; i < s->n_retiring; i++)
-                        if (s->retiring[i] == c)
+                        if (s->retiring[i] == c) {
+                                retire_forget(s, c);
                                 uv_timer_start(&s->retire_timer, retire_cb, 0, 0);
+                        }
         handlers_context_changed(s->handlers, c);
         supervisor_update_status(s);
         supervisor_check_shutdown(s);
 }
 
 /* ---- Reload ---- */
+
+/* A removed context has stopped: everything of it on disk goes now (its state and connection files hold its
+ * key), before anyone waiting for the removal is answered and before the daemon may exit. Removed and added
+ * again meanwhile, the state file belongs to the new context; a connection file another context publishes at
+ * the same path now is that one's. */
+static void retire_forget(Supervisor *s, Context *c) {
+        const char *file = context_config(c)->connection_file;
+        bool shared = false;
+        Context *same = supervisor_find(s, context_name(c));
+
+        /* Inside a reload's apply the table still holds c itself. */
+        if (same && same != c)
+                return;
+        for (size_t i = 0; i < s->n_contexts; i++)
+                shared |= s->contexts[i] != c && streq(context_config(s->contexts[i])->connection_file, file);
+        (void) context_forget(c, shared);
+}
 
 /* Frees the removed contexts that have stopped, with their state, answering whoever still waited on them. */
 static void retire_cb(uv_timer_t *t) {
@@ -270,9 +290,6 @@ static void retire_cb(uv_timer_t *t) {
                         continue;
                 }
                 handlers_context_removed(s->handlers, c);
-                /* Removed and added again meanwhile: the state file belongs to the new context now. */
-                if (!supervisor_find(s, context_name(c)))
-                        (void) context_forget(c);
                 log_info("%s: removed", context_name(c));
                 context_free(c);
         }
@@ -330,12 +347,19 @@ static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const
         switch (a->kind) {
         case RELOAD_ADD:
                 return;
-        case RELOAD_REMOVE:
+        case RELOAD_REMOVE: {
                 /* Stopped, and freed once stopped (retire_cb). */
+                bool stopped = context_state(c) == CONTEXT_STOPPED;
                 log_info("%s: removed from the configuration; stopping", a->name);
                 s->retiring[s->n_retiring++] = c;
                 context_stop(c);
+                /* No state change comes from a context stopped already: it is retired now. */
+                if (stopped) {
+                        retire_forget(s, c);
+                        uv_timer_start(&s->retire_timer, retire_cb, 0, 0);
+                }
                 return;
+        }
         default:
                 if (context_set_config(c, cc) < 0) {
                         log_error("%s: out of memory applying the new settings", a->name);

@@ -28,6 +28,7 @@ typedef enum WriteStep {
         STEP_CREATE,
         STEP_WRITE,
         STEP_RENAME,
+        STEP_REMOVE, /* a removal: the entry is not a regular file, or unlinkat failed */
 } WriteStep;
 
 /* The child's answer: err 0 means the file is in place. */
@@ -44,7 +45,7 @@ typedef struct WriteJob {
         size_t dir_len; /* path[0..dir_len) is the directory ("/" for a file in the root) */
         const char *name;
         char tmp[NAME_MAX + 1];
-        const void *data;
+        const void *data; /* NULL: remove the file instead */
         size_t len;
         mode_t mode;
         const SpawnUser *user;
@@ -148,9 +149,20 @@ static int take_identity(const SpawnUser *u) {
         return 0;
 }
 
+/* An O_PATH descriptor cannot be fsync'd: the directory is opened again. One its writer may not read keeps the
+ * change unsynced. */
+static void sync_dir(int dirfd) {
+        int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+        if (dfd >= 0) {
+                (void) fsync(dfd);
+                close(dfd);
+        }
+}
+
 /* The file's bytes into a new temporary file in dirfd, then over name. Fills *rep on failure. */
 static void write_in(const WriteJob *j, int dirfd, WriteReport *rep) {
-        int fd, r, dfd;
+        int fd, r;
 
         rep->step = STEP_CREATE;
         fd = openat(dirfd, j->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -175,12 +187,29 @@ static void write_in(const WriteJob *j, int dirfd, WriteReport *rep) {
                 rep->err = -r;
                 return;
         }
-        /* An O_PATH descriptor cannot be fsync'd. A directory its writer may not read keeps the rename unsynced. */
-        dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-                (void) fsync(dfd);
-                close(dfd);
+        sync_dir(dirfd);
+        rep->err = 0;
+}
+
+/* Removes name from dirfd when it is a regular file; a missing one is success. Anything else there (a link, a
+ * directory) is not what the daemon wrote, and is left as it is. Fills *rep. */
+static void remove_in(const WriteJob *j, int dirfd, WriteReport *rep) {
+        struct stat st;
+
+        rep->step = STEP_REMOVE;
+        if (fstatat(dirfd, j->name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                rep->err = errno == ENOENT ? 0 : errno;
+                return;
         }
+        if (!S_ISREG(st.st_mode)) {
+                rep->err = EMEDIUMTYPE;
+                return;
+        }
+        if (unlinkat(dirfd, j->name, 0) < 0) {
+                rep->err = errno == ENOENT ? 0 : errno;
+                return;
+        }
+        sync_dir(dirfd);
         rep->err = 0;
 }
 
@@ -205,8 +234,10 @@ _Noreturn static void writer_child(const WriteJob *j, int reportfd) {
         r = check_sticky(dirfd, j->name, &rep.owner);
         if (r < 0)
                 rep.err = -r;
-        else
+        else if (j->data)
                 write_in(j, dirfd, &rep);
+        else
+                remove_in(j, dirfd, &rep);
 out:
         (void) !write(reportfd, &rep, sizeof rep);
         _exit(rep.err == 0 ? 0 : 1);
@@ -308,10 +339,9 @@ static char *report_reason(const WriteJob *j, const WriteReport *rep) {
                 break;
         case STEP_STICKY:
                 if (rep->err == EPERM)
-                        r = asprintf(&s,
-                                     "%s belongs to uid %u in a sticky directory, and root replaces only its own "
-                                     "files there",
-                                     j->path, (unsigned) rep->owner);
+                        r = asprintf(
+                                &s, "%s belongs to uid %u in a sticky directory, and root %s only its own files there",
+                                j->path, (unsigned) rep->owner, j->data ? "replaces" : "removes");
                 else
                         r = asprintf(&s, "%s: %s", j->path, strerror(rep->err));
                 break;
@@ -321,6 +351,13 @@ static char *report_reason(const WriteJob *j, const WriteReport *rep) {
         case STEP_RENAME:
                 r = asprintf(&s, "cannot replace %s as %s: %s", j->path, who, strerror(rep->err));
                 break;
+        case STEP_REMOVE:
+                if (rep->err == EMEDIUMTYPE)
+                        r = asprintf(&s, "%s is not a regular file (not one the daemon wrote); left as it is",
+                                     j->path);
+                else
+                        r = asprintf(&s, "cannot remove %s as %s: %s", j->path, who, strerror(rep->err));
+                break;
         default:
                 r = asprintf(&s, "cannot write %s as %s: %s", j->path, who, strerror(rep->err));
                 break;
@@ -328,40 +365,65 @@ static char *report_reason(const WriteJob *j, const WriteReport *rep) {
         return r < 0 ? NULL : s;
 }
 
-int user_file_write(const char *path, const void *data, size_t len, mode_t mode, const SpawnUser *u,
-                    char **ret_reason) {
-        WriteJob j = { .path = path, .data = data, .len = len, .mode = mode, .user = u };
-        WriteReport rep = {};
+/* Splits j->path into its directory and name, refusing what names no file. */
+static int job_split(WriteJob *j) {
         const char *slash;
-        uint8_t rnd[6];
-        char rhex[13];
+
+        if (!j->path || j->path[0] != '/')
+                return -EINVAL;
+        slash = strrchr(j->path, '/');
+        j->name = slash + 1;
+        j->dir_len = slash == j->path ? 1 : (size_t) (slash - j->path);
+        if (!*j->name || streq(j->name, ".") || streq(j->name, ".."))
+                return -EISDIR;
+        if (strlen(j->name) > NAME_MAX - 20)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+/* Runs j in a child and turns its report into -errno and a reason. */
+static int job_run(const WriteJob *j, char **ret_reason) {
+        WriteReport rep = {};
         int r;
 
-        if (!path || path[0] != '/')
-                return -EINVAL;
-        slash = strrchr(path, '/');
-        j.name = slash + 1;
-        j.dir_len = slash == path ? 1 : (size_t) (slash - path);
-        if (!*j.name || streq(j.name, ".") || streq(j.name, ".."))
-                return -EISDIR;
-        if (strlen(j.name) > NAME_MAX - 20)
-                return -ENAMETOOLONG;
-        r = random_bytes(rnd, sizeof rnd);
-        if (r < 0)
-                return r;
-        hex_encode(rnd, sizeof rnd, rhex);
-        snprintf(j.tmp, sizeof j.tmp, ".#%s.%s", j.name, rhex);
-
-        r = writer_run(&j, &rep);
+        r = writer_run(j, &rep);
         if (r < 0) {
-                if (ret_reason && asprintf(ret_reason, "the writer of %s as %s failed: %s", path,
-                                           writer_name(u, (char[64]){}, 64), strerror(-r)) < 0)
+                if (ret_reason && asprintf(ret_reason, "the writer of %s as %s failed: %s", j->path,
+                                           writer_name(j->user, (char[64]){}, 64), strerror(-r)) < 0)
                         *ret_reason = NULL;
                 return r;
         }
         if (rep.err == 0)
                 return 0;
         if (ret_reason)
-                *ret_reason = report_reason(&j, &rep);
+                *ret_reason = report_reason(j, &rep);
         return -rep.err;
+}
+
+int user_file_write(const char *path, const void *data, size_t len, mode_t mode, const SpawnUser *u,
+                    char **ret_reason) {
+        WriteJob j = { .path = path, .data = data ?: "", .len = len, .mode = mode, .user = u };
+        uint8_t rnd[6];
+        char rhex[13];
+        int r;
+
+        r = job_split(&j);
+        if (r < 0)
+                return r;
+        r = random_bytes(rnd, sizeof rnd);
+        if (r < 0)
+                return r;
+        hex_encode(rnd, sizeof rnd, rhex);
+        snprintf(j.tmp, sizeof j.tmp, ".#%s.%s", j.name, rhex);
+        return job_run(&j, ret_reason);
+}
+
+int user_file_remove(const char *path, const SpawnUser *u, char **ret_reason) {
+        WriteJob j = { .path = path, .user = u };
+        int r;
+
+        r = job_split(&j);
+        if (r < 0)
+                return r;
+        return job_run(&j, ret_reason);
 }

@@ -25,3 +25,9 @@
  * SIGCHLD handler runs only after we return). */
 int user_file_write(const char *path, const void *data, size_t len, mode_t mode, const SpawnUser *u,
                     char **ret_reason);
+
+/* Removes the file at the absolute path the same way: in a child with u's identity, the directory resolved
+ * without following a symbolic link, root held to the sticky-bit rule. Only a regular file is removed (a link or
+ * a directory there is not one the daemon wrote: -EMEDIUMTYPE, left as it is); a missing one is success.
+ * Failures as for user_file_write. */
+int user_file_remove(const char *path, const SpawnUser *u, char **ret_reason);

@@ -1,7 +1,8 @@
 /* A stub Jupyter kernel for tests and benchmarks that need many kernels: it
  * binds the five ports (or Unix sockets) of a connection file, echoes the heartbeat, answers
  * kernel_info_request and execute_request on shell (publishing busy/idle on
- * iopub, as a real kernel does), and exits on shutdown_request. A few MiB
+ * iopub, as a real kernel does), and exits on shutdown_request (broadcasting
+ * its shutdown_reply on iopub too, as ipykernel does). A few MiB
  * each instead of ipykernel's ~50.
  *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f CONNECTION_FILE
  * For the stop escalation and the restart policy, it can misbehave: exit at
@@ -102,6 +103,9 @@ static int handle(void *sock, void *iopub, int *count) {
                                         "user_expressions", "payload"));
                 } else if (streq(type, "shutdown_request")) {
                         reply(sock, frames, ids, &req, "shutdown_reply",
+                              json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
+                        /* ipykernel tells every client: the same content on iopub. */
+                        reply(iopub, NULL, 0, &req, "shutdown_reply",
                               json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
                         r = !ignore_shutdown;
                 } else if (streq(type, "interrupt_request"))

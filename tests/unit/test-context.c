@@ -5,7 +5,8 @@
  * escalation (shutdown_request; SIGTERM after shutdown_grace when the request
  * is ignored; SIGKILL at stop_timeout when SIGTERM is too), a freeze reported
  * by the host's clock_check, and the adoption of a kernel an earlier context
- * left running. Durations are checked only from below: a uv timer never fires
+ * left running; the deaths of ready kernels (kill -9, a client's shutdown_request, one that acknowledges it and
+ * does not exit), restarted and never failed. Durations are checked only from below: a uv timer never fires
  * early, while a loaded machine may make it late. */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,9 @@
 #include <zmq.h>
 
 #include "config.h"
+#include "connfile.h"
 #include "context.h"
+#include "jupyter.h"
 #include "util.h"
 #include "tap.h"
 
@@ -46,7 +49,7 @@ typedef struct World {
         char boot_id[37];
         ContextHost host;
         Config *config;
-        Context *contexts[8];
+        Context *contexts[16];
         size_t n_contexts;
         Event events[MAX_EVENTS];
         size_t n_events;
@@ -178,7 +181,10 @@ static int write_config(World *w, char **ret_path) {
                 "[context:noterm]\n"
                 "argv = %s --ignore-shutdown --ignore-term -f {kernel_file}\n"
                 "shutdown_grace = 200ms\n"
-                "stop_timeout = 1s\n",
+                "stop_timeout = 1s\n"
+                "[context:flappy]\n"
+                "start_limit_burst = 2\n"
+                "backoff_max = 400ms\n",
                 stub, stub, stub, stub);
         if (fclose(f) != 0) {
                 free(path);
@@ -357,6 +363,14 @@ static void test_backoff_failed(World *w) {
         long long failed_at = last_entered(w, c, CONTEXT_FAILED);
         ok(run_until(w, c, CONTEXT_STARTING), "cool-down: a failed context is launched again");
         ok(last_entered(w, c, CONTEXT_STARTING) - failed_at >= 1000, "cool-down: not before failed_cooldown (1 s)");
+        /* A backoff long enough that the loop cannot run past it (a loaded machine may stall it for 50 ms)
+         * before the stop below lands in it. */
+        ContextConfig *slow = context_config_dup(context_config(c));
+        if (slow) {
+                slow->backoff_min = slow->backoff_max = 30 * USEC_PER_SEC;
+                (void) context_set_config(c, slow);
+                context_config_free(slow);
+        }
         ok(run_until(w, c, CONTEXT_BACKOFF), "cool-down: the start limit starts afresh (backoff, not failed)");
         context_stop(c);
         is_int(context_state(c), CONTEXT_STOPPED, "crash: stop during backoff is at once");
@@ -411,6 +425,127 @@ static void test_stop_sigkill(World *w) {
         _cleanup_free_ char *sig = last_exit_field(c, "signal");
         is_str(sig, "SIGKILL", "noterm: ended by SIGKILL");
         ok(last_entered(w, c, CONTEXT_STOPPED) - t0 >= 1000, "noterm: not before stop_timeout (1 s)");
+}
+
+/* A ready kernel that dies is no failed start: seven kill -9s in a row, with start_limit_burst = 2, are each
+ * followed by a backoff and a new kernel, never by failed. */
+static void test_ready_deaths(World *w) {
+        Context *c = world_context(w, "flappy");
+        size_t first = w->n_events;
+        pid_t pid;
+
+        if (!ok(c != NULL, "deaths: context created"))
+                return;
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "deaths: ready"))
+                return;
+        for (int i = 1; i <= 7; i++) {
+                pid = context_pid(c);
+                (void) kill(pid, SIGKILL);
+                if (!ok(run_until(w, c, CONTEXT_BACKOFF), "deaths: kill -9 number %d: backoff", i) ||
+                    !ok(run_until(w, c, CONTEXT_READY), "deaths: kill -9 number %d: a new kernel is ready", i))
+                        break;
+                ok(context_pid(c) != pid, "deaths: kill -9 number %d: another process", i);
+                /* The delay doubles with each end in a row (min 100 ms, max 400 ms, equal jitter): from below. */
+                long long floor_ms = (i - 1 < 2 ? 100LL << (i - 1) : 400) / 2;
+                long long waited = last_entered(w, c, CONTEXT_STARTING) - last_entered(w, c, CONTEXT_BACKOFF);
+                ok(waited >= floor_ms, "deaths: backoff %d lasted at least %lld ms (%lld)", i, floor_ms, waited);
+        }
+        ok(!entered_since(w, c, CONTEXT_FAILED, first), "deaths: never failed (start_limit_burst is 2)");
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "deaths: stopped");
+}
+
+static void client_on_reply(KernelConn *k, Channel channel, const JupyterMsg *msg, void *userdata) {
+}
+static void client_on_iopub(KernelConn *k, const JupyterMsg *msg, void *userdata) {
+}
+static void client_on_hb(KernelConn *k, void *userdata) {
+}
+static const KernelConnCallbacks client_callbacks = {
+        .on_reply = client_on_reply,
+        .on_iopub = client_on_iopub,
+        .on_hb = client_on_hb,
+};
+
+/* A client of c's kernel, from its published connection file, sends shutdown_request on control. */
+static bool client_shutdown(World *w, Context *c, KernelConn **ret) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        ConnectionInfo ci;
+
+        *ret = NULL;
+        if (asprintf(&path, "%s/connections/%s.json", w->runtime_dir, context_name(c)) < 0 ||
+            read_file(path, 64 * 1024, &text, NULL) < 0 || connection_info_parse(text, &ci) < 0)
+                return false;
+        if (kernel_conn_new(&w->loop, w->zmq, &ci, 0, &client_callbacks, NULL, ret) < 0)
+                return false;
+        return kernel_conn_send(*ret, CHANNEL_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 0), NULL) >=
+               0;
+}
+
+/* A client's shutdown_request ends a ready kernel: restarted after the backoff, five times in a row, never
+ * stopped and never failed (start_limit_burst is 5). */
+static void test_client_shutdown(World *w) {
+        Context *c = world_context(w, "ready");
+        size_t first = w->n_events;
+        KernelConn *k;
+        pid_t pid;
+
+        if (!ok(c != NULL, "client shutdown: context created"))
+                return;
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "client shutdown: ready"))
+                return;
+        for (int i = 1; i <= 5; i++) {
+                pid = context_pid(c);
+                ok(client_shutdown(w, c, &k), "client shutdown %d: a client sent shutdown_request", i);
+                bool gone = run_until(w, c, CONTEXT_BACKOFF);
+                if (k)
+                        kernel_conn_close(k);
+                if (!ok(gone, "client shutdown %d: the kernel exited; backoff", i) ||
+                    !ok(run_until(w, c, CONTEXT_READY), "client shutdown %d: a new kernel is ready", i))
+                        break;
+                ok(context_pid(c) != pid, "client shutdown %d: another process", i);
+        }
+        ok(!entered_since(w, c, CONTEXT_FAILED, first) && !entered_since(w, c, CONTEXT_STOPPED, first),
+           "client shutdown: never failed, never stopped");
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "client shutdown: stopped");
+}
+
+/* A kernel that acknowledges a client's shutdown_request and does not exit is ended as a stop ends it (SIGTERM
+ * after shutdown_grace; SIGKILL at stop_timeout when SIGTERM is ignored too), then restarted. */
+static void test_client_shutdown_stuck(World *w, const char *name, const char *signal, long long floor_ms) {
+        Context *c = world_context(w, name);
+        size_t first = w->n_events;
+        KernelConn *k;
+        long long t0;
+
+        if (!ok(c != NULL, "%s: context created", name))
+                return;
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "%s: ready", name))
+                return;
+        t0 = (long long) uv_now(&w->loop);
+        ok(client_shutdown(w, c, &k), "%s: a client sent shutdown_request", name);
+        ok(run_until(w, c, CONTEXT_STOPPING), "%s: its shutdown_reply on iopub makes it stopping", name);
+        bool gone = run_until(w, c, CONTEXT_BACKOFF);
+        if (k)
+                kernel_conn_close(k);
+        ok(gone, "%s: it was ended (backoff)", name);
+        _cleanup_free_ char *sig = last_exit_field(c, "signal");
+        is_str(sig, signal, "%s: ended by %s", name, signal);
+        ok(last_entered(w, c, CONTEXT_BACKOFF) - t0 >= floor_ms, "%s: not before %lld ms", name, floor_ms);
+        json_t *j = context_to_json(c);
+        const char *err = json_string_value(json_object_get(j, "last_error"));
+        ok(err && strstr(err, "after a client's shutdown_request"), "%s: last_error says why (%s)", name,
+           err ?: "null");
+        json_decref(j);
+        ok(run_until(w, c, CONTEXT_READY), "%s: a new kernel is ready", name);
+        ok(!entered_since(w, c, CONTEXT_FAILED, first) && !entered_since(w, c, CONTEXT_STOPPED, first),
+           "%s: never failed, never stopped", name);
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "%s: stopped", name);
 }
 
 /* Leaves no kernel behind when a point of test_adopt failed (no context watches it then). */
@@ -474,6 +609,10 @@ int main(void) {
         test_stop_sigterm(&w);
         test_stop_sigkill(&w);
         test_adopt(&w);
+        test_ready_deaths(&w);
+        test_client_shutdown(&w);
+        test_client_shutdown_stuck(&w, "noshutdown", "SIGTERM", 300);
+        test_client_shutdown_stuck(&w, "noterm", "SIGKILL", 1000);
         world_done(&w);
         return tap_done();
 }

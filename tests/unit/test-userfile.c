@@ -1,6 +1,7 @@
-/* user_file_write: a client-facing file is written with the user's own rights and never through a symlink in any
- * component. Run as root (the daemon's case) it drops to uid 4321, which needs no passwd entry; run twice: with
- * openat2, and in a child whose seccomp filter makes openat2 fail with ENOSYS (the walk a kernel before 5.6 gets). */
+/* user_file_write and user_file_remove: a client-facing file is written (and removed) with the user's own rights and
+ * never through a symlink in any component. Run as root (the daemon's case) it drops to uid 4321, which needs no
+ * passwd entry; run twice: with openat2, and in a child whose seccomp filter makes openat2 fail with ENOSYS (the walk
+ * a kernel before 5.6 gets). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -181,6 +182,53 @@ static void test_sticky(void) {
         ok(no_temp_files("sticky"), "%sno temporary file is left behind", label);
 }
 
+/* Removes tmpdir/rel as u; checks the return value and the reason as write_expect does. */
+static void remove_expect(const char *rel, const SpawnUser *u, int want_r, const char *want_reason, const char *name) {
+        _cleanup_free_ char *p = path_in(rel), *reason = NULL;
+        int r;
+
+        r = user_file_remove(p, u, &reason);
+        is_int(r, want_r, "%sremove, %s: returns %d", label, name, want_r);
+        if (want_reason)
+                ok(reason && strstr(reason, want_reason), "%sremove, %s: the reason says \"%s\" (got: %s)", label,
+                   name, want_reason, reason ?: "none");
+}
+
+static bool exists(const char *rel) {
+        _cleanup_free_ char *p = path_in(rel);
+        struct stat st;
+
+        return lstat(p, &st) == 0;
+}
+
+/* user_file_remove: the file goes, with the user's rights, never through a link; what is not a regular file stays. */
+static void test_remove(void) {
+        SpawnUser u = other_user();
+
+        dir("rm", 0755, OTHER_ID);
+        put("rm/k.json", "key\n", 0600, OTHER_ID);
+        remove_expect("rm/k.json", &u, 0, NULL, "the user's file in the user's directory");
+        ok(!exists("rm/k.json"), "%sremove: the file is gone", label);
+        remove_expect("rm/k.json", &u, 0, NULL, "a file that is not there (success)");
+
+        /* A link at the name: not what the daemon wrote; neither it nor its target is removed. */
+        dir("rm-target", 0755, -1);
+        put("rm-target/precious", "precious\n", 0644, -1);
+        link_to("rm-target/precious", "rm/link.json");
+        remove_expect("rm/link.json", &u, -EMEDIUMTYPE, "is not a regular file", "a link at the name");
+        ok(exists("rm/link.json") && exists("rm-target/precious"), "%sremove: the link and its target stay", label);
+
+        /* A link in a component of the directory. */
+        put("rm-target/k.json", "root's\n", 0644, -1);
+        link_to("rm-target", "rm/dir");
+        remove_expect("rm/dir/k.json", NULL, -ELOOP, "/rm/dir is a symbolic link", "a link as a component");
+        ok(exists("rm-target/k.json"), "%sremove: the file behind the link stays", label);
+
+        /* The user's rights decide: root's directory refuses the user. */
+        remove_expect("rm-target/k.json", &u, -EACCES, "cannot remove", "a directory the user cannot write");
+        ok(exists("rm-target/k.json"), "%sremove: root's file stays", label);
+}
+
 /* Everything again with openat2 answering ENOSYS, in a child (the filter cannot be removed). */
 static void run_without_openat2(void) {
         struct sock_filter filter[] = {
@@ -206,6 +254,7 @@ static void run_without_openat2(void) {
                 label = "(no openat2) ";
                 test_links();
                 test_user_rights();
+                test_remove();
                 counts[0] = tap_n;
                 counts[1] = tap_failed;
                 (void) !write(p[1], counts, sizeof counts);
@@ -238,6 +287,7 @@ int main(void) {
         test_links();
         test_user_rights();
         test_sticky();
+        test_remove();
 
         nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         if (!mkdtemp(strcpy(tmpdir, "/tmp/test-userfile.XXXXXX")))
