@@ -38,6 +38,7 @@ typedef enum ValueType {
         VALUE_RESTART,
         VALUE_PORTS,
         VALUE_TRANSPORT,
+        VALUE_PRELOAD,
 } ValueType;
 
 typedef struct ConfigKey {
@@ -80,6 +81,7 @@ enum {
         KEY_TRANSPORT,
         KEY_SHUTDOWN_GRACE,
         KEY_OUTPUT_CHUNKING,
+        KEY_PRELOAD,
         _KEY_MAX,
 };
 

@@ -78,6 +78,39 @@ static int parser_check_ipc_path(Parser *p, const Section *s, const ContextConfi
                            s->cc.source.line, section_label(s, label, sizeof label), reason);
 }
 
+const char *argv_python_module(char *const *argv) {
+        if (!argv || !argv[0] || argv[0][0] != '/' || !argv[1] || !streq(argv[1], "-m") || !argv[2] || !argv[2][0] ||
+            argv[2][0] == '-')
+                return NULL;
+        return argv[2];
+}
+
+const char *context_config_preload_module(const ContextConfig *cc, const char **ret_why) {
+        const char *module = argv_python_module(cc->argv);
+
+        if (cc->preload == PRELOAD_NO)
+                *ret_why = "preload = no";
+        else if (!module)
+                *ret_why = "argv is not PYTHON -m MODULE";
+        else if (cc->preload == PRELOAD_AUTO && !streq(module, "ipykernel_launcher") && !streq(module, "ipykernel"))
+                *ret_why = "preload = auto, and argv runs another module than ipykernel_launcher";
+        else
+                return module;
+        return NULL;
+}
+
+/* preload = yes is a promise about argv: said where it was set, rather than as a cold start at every launch. */
+static int parser_check_preload(Parser *p, const Section *s, const ContextConfig *cc) {
+        const Section *from;
+
+        if (cc->preload != PRELOAD_YES || argv_python_module(cc->argv))
+                return 0;
+        from = parser_setter(p, s, KEY_PRELOAD);
+        return parser_fail_key(p, from->cc.source.file, from->keys[KEY_PRELOAD].line, from, "preload",
+                               from->keys[KEY_PRELOAD].raw,
+                               "argv must then be an absolute interpreter, -m and a module (PYTHON -m MODULE ...)");
+}
+
 static size_t placeholders_expand_into(char *out, const char *s, const char *kernel_file, const char *name) {
         size_t n = 0;
 
@@ -406,6 +439,9 @@ int parser_resolve(Parser *p) {
                 if (r < 0)
                         return r;
                 r = parser_check_ipc_path(p, p->contexts[i], &c->contexts[i]);
+                if (r < 0)
+                        return r;
+                r = parser_check_preload(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return r;
         }

@@ -387,6 +387,26 @@ int parse_transport(const char *value, void *data, const char **ret_reason) {
         return 0;
 }
 
+static const char *const preload_names[_PRELOAD_MAX] = {
+        [PRELOAD_AUTO] = "auto",
+        [PRELOAD_YES] = "yes",
+        [PRELOAD_NO] = "no",
+};
+
+const char *preload_to_string(Preload p) {
+        return p >= 0 && p < _PRELOAD_MAX ? preload_names[p] : NULL;
+}
+
+int parse_preload(const char *value, void *data, const char **ret_reason) {
+        for (Preload p = 0; p < _PRELOAD_MAX; p++)
+                if (streq(value, preload_names[p])) {
+                        *(Preload *) data = p;
+                        return 0;
+                }
+        *ret_reason = "expected auto, yes or no";
+        return -EINVAL;
+}
+
 int parse_count(const char *value, void *data, const char **ret_reason) {
         unsigned long long v;
 

@@ -29,4 +29,5 @@ int parse_memory(const char *value, void *data, const char **ret_reason);
 int parse_cpu_quota(const char *value, void *data, const char **ret_reason);
 int parse_tasks(const char *value, void *data, const char **ret_reason);
 int parse_transport(const char *value, void *data, const char **ret_reason);
+int parse_preload(const char *value, void *data, const char **ret_reason);
 int parse_count(const char *value, void *data, const char **ret_reason);

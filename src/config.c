@@ -73,6 +73,7 @@ const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_TRANSPORT] = CONTEXT_KEY("transport", parse_transport, transport, VALUE_TRANSPORT),
         [KEY_SHUTDOWN_GRACE] = CONTEXT_KEY("shutdown_grace", parse_duration_positive, shutdown_grace, VALUE_USEC),
         [KEY_OUTPUT_CHUNKING] = CONTEXT_KEY("output_chunking", parse_bool, output_chunking, VALUE_BOOL),
+        [KEY_PRELOAD] = CONTEXT_KEY("preload", parse_preload, preload, VALUE_PRELOAD),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -100,6 +101,8 @@ size_t value_size(ValueType t) {
                 return sizeof(RestartPolicy);
         case VALUE_TRANSPORT:
                 return sizeof(Transport);
+        case VALUE_PRELOAD:
+                return sizeof(Preload);
         default:
                 return 0;
         }

@@ -26,6 +26,16 @@ typedef struct ConfigSource {
 } ConfigSource;
 
 /* Settings of one context. [defaults] fills these first; [context:NAME] overrides. */
+/* Whether a context's kernels are forked by a preloaded launcher (preload.h). */
+typedef enum Preload {
+        PRELOAD_AUTO, /* for an argv PYTHON -m ipykernel_launcher (or ipykernel) */
+        PRELOAD_YES,  /* for any argv PYTHON -m MODULE */
+        PRELOAD_NO,
+        _PRELOAD_MAX,
+} Preload;
+
+const char *preload_to_string(Preload p); /* "auto", "yes", "no"; NULL out of range */
+
 typedef struct ContextConfig {
         char *name;
         ConfigSource source; /* the [context:NAME] header */
@@ -54,6 +64,7 @@ typedef struct ContextConfig {
         unsigned cpu_quota;  /* percent of one CPU */
         unsigned tasks_max;
         Transport transport; /* default ipc: only the context's user and root reach the kernel */
+        Preload preload;     /* default auto: a preloaded launcher for PYTHON -m ipykernel_launcher */
         /* After shutdown_request, SIGTERM follows this soon (ipykernel now and then ignores the request); SIGKILL
          * still comes at stop_timeout. Default 500 ms. */
         usec_t shutdown_grace;
@@ -103,6 +114,13 @@ static inline void config_freep(Config **c) {
 }
 
 const ContextConfig *config_find_context(const Config *c, const char *name);
+
+/* The module of an argv `PYTHON -m MODULE ...` with an absolute PYTHON (borrowed from argv), else NULL. */
+const char *argv_python_module(char *const *argv);
+/* The module cc's kernels are preloaded for (preload.h), or NULL with *ret_why (static) saying why not:
+ * preload = no, an argv that is not PYTHON -m MODULE, or with auto another module than ipykernel_launcher
+ * or ipykernel. */
+const char *context_config_preload_module(const ContextConfig *cc, const char **ret_why);
 
 /* Expands {kernel_file} and {name} in cc->argv. Returns a new NULL-terminated vector. */
 int context_config_expand_argv(const ContextConfig *cc, const char *kernel_file, char ***ret);

@@ -16,6 +16,7 @@
 #include "connfile.h"
 #include "context-private.h"
 #include "log.h"
+#include "preload.h"
 
 /* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
 
@@ -372,6 +373,28 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
                        : 0;
 }
 
+/* Launches through the context's preloaded launcher where its settings allow, else cold. st.preloaded (on disk
+ * with the pid, for status after an adoption) and cold_why say which way and why. */
+static int context_spawn(Context *c, const SpawnParams *p, char **ret_error) {
+        _cleanup_free_ char *cold = NULL;
+        const char *why = "this daemon has no preloaded launchers";
+        int r;
+
+        free(c->cold_why);
+        c->cold_why = NULL;
+        if (c->host->preload && context_config_preload_module(c->cfg, &why)) {
+                c->st.preloaded = true;
+                r = preload_spawn(c->host->preload, p, &c->pid, &c->pidfd, ret_error, &cold);
+                if (r != -EAGAIN)
+                        return r;
+                why = cold ?: "out of memory";
+                log_info("%s: launching cold: %s", c->name, why);
+        }
+        c->st.preloaded = false;
+        c->cold_why = strdup(why);
+        return spawn_kernel(p, &c->pid, &c->pidfd, ret_error);
+}
+
 void context_launch(Context *c) {
         _cleanup_free_ char *err = NULL, *note = NULL, *kfile = NULL;
         _cleanup_strv_free_ char **argv = NULL, **env = NULL;
@@ -460,7 +483,7 @@ void context_launch(Context *c) {
         resources_release(&c->limits);
         free(err);
         err = NULL;
-        r = spawn_kernel(&p, &c->pid, &c->pidfd, &err);
+        r = context_spawn(c, &p, &err);
         close(outfd);
         if (r < 0) {
                 c->st.started_at = now_usec(CLOCK_REALTIME);

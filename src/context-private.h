@@ -70,6 +70,7 @@ struct Context {
         usec_t chunking_sent;     /* CLOCK_MONOTONIC */
         Limits limits;            /* where the kernel's limits come from, its OOM counter */
         SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
+        char *cold_why;           /* why the current kernel was started cold; NULL when preloaded or unknown */
         char *pending_error;      /* why the current launch failed, set before its exit */
         char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
         bool conn_saved;          /* st's ports and key are on disk as they are now */

@@ -1100,6 +1100,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
         context_state_done(&c->st);
         spawn_user_done(&c->user);
         resources_release(&c->limits);
+        free(c->cold_why);
         spawn_pending_drop(&c->release);
         context_config_free(c->cfg);
         free(c->pending_error);
@@ -1169,6 +1170,10 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
                 .running = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL,
                 .output_chunking = running ? chunking_to_string(c->chunking) : NULL,
+                /* Which way the running kernel was started, and why not preloaded (unknown for an adopted cold one).
+                 */
+                .started = running ? (c->st.preloaded ? "preloaded" : "cold") : NULL,
+                .start_note = running ? c->cold_why : NULL,
         };
         resources_reply(c->cfg, &c->limits, &ret->limits);
 }

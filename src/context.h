@@ -16,6 +16,7 @@
 #include "state.h"
 
 typedef struct Context Context;
+typedef struct PreloadPool PreloadPool;
 
 /* What a context needs from its owner: the daemon-wide values it works with.
  * Borrowed by every context given it: it, and the strings it points to, must
@@ -29,6 +30,7 @@ typedef struct ContextHost {
         const char *runtime_dir;     /* below it: kernels/NAME/, and the ipc sockets' directory */
         uint16_t port_min, port_max; /* port_range, for a tcp kernel's ports */
         const char *boot_id;         /* this boot's: a recorded kernel of another boot is not adopted */
+        PreloadPool *preload;        /* the preloaded launchers; NULL: every launch is cold */
 
         /* The callbacks, each given userdata. */
         void *userdata;

@@ -122,6 +122,8 @@ static const Field context_fields[] = {
         F(ReplyContext, "transport_note", FIELD_STRING, transport_note, .flags = NULLABLE),
         F(ReplyContext, "running", FIELD_STRING, running, .flags = NULLABLE),
         F(ReplyContext, "output_chunking", FIELD_STRING, output_chunking, .flags = NULLABLE),
+        F(ReplyContext, "started", FIELD_STRING, started, .flags = NULLABLE),
+        F(ReplyContext, "start_note", FIELD_STRING, start_note, .flags = NULLABLE),
 };
 static const ReplyType context_type = TYPE(ReplyContext, context_fields);
 

@@ -107,6 +107,8 @@ typedef struct ReplyContext {
         const char *running;         /* whose cell the kernel runs while busy: "ours" (from exec through the
                                       * daemon) or "other" (another client's); NULL: null */
         const char *output_chunking; /* "on" or "off" for a running IPython kernel (chunking.h); NULL: null */
+        const char *started;         /* how the running kernel was started: "preloaded" or "cold"; NULL: null */
+        const char *start_note;      /* why a running kernel was started cold; NULL: null */
 } ReplyContext;
 
 /* status and wait: the daemon and the contexts asked for. */

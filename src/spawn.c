@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <poll.h>
 #include <linux/close_range.h>
 
 #include "spawn.h"
@@ -124,8 +125,9 @@ void spawn_user_done(SpawnUser *u) {
 
 static bool env_is_private(const char *e) {
         static const char *const names[] = {
-                "NOTIFY_SOCKET", "WATCHDOG_USEC",  "WATCHDOG_PID",   "LISTEN_FDS",
-                "LISTEN_PID",    "LISTEN_FDNAMES", "JPY_PARENT_PID", "KERNELSUP_SOCKET",
+                "NOTIFY_SOCKET",  "WATCHDOG_USEC",    "WATCHDOG_PID",
+                "LISTEN_FDS",     "LISTEN_PID",       "LISTEN_FDNAMES",
+                "JPY_PARENT_PID", "KERNELSUP_SOCKET", "KERNELSUP_PRELOAD_SCRIPT",
         };
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
                 size_t n = strlen(names[i]);
@@ -190,6 +192,9 @@ _Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd, i
         if (dup2(devnull, STDIN_FILENO) < 0 || dup2(p->stdout_fd, STDOUT_FILENO) < 0 ||
             dup2(p->stdout_fd, STDERR_FILENO) < 0)
                 goto fail;
+        /* A launcher's channel to us (preload.c) is its descriptor 3, the one left open across exec. */
+        if (p->pass_fd > STDERR_FILENO && (p->pass_fd == 3 ? fcntl(3, F_SETFD, 0) : dup2(p->pass_fd, 3)) < 0)
+                goto fail;
         if (u && u->change) {
                 step = 3;
                 if (setgroups((size_t) u->n_groups, u->groups) < 0)
@@ -206,7 +211,7 @@ _Noreturn static void child_exec(const SpawnParams *p, int devnull, int errfd, i
                 goto fail;
         /* Every other descriptor closes at exec; errfd must live until then. */
         step = 7;
-        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        if (close_range(p->pass_fd > STDERR_FILENO ? 4 : 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
                 goto fail;
         /* Wait until the parent has placed us (a cgroup, limits): one byte, or EOF if it died. */
         if (gofd >= 0) {
@@ -252,10 +257,16 @@ static const char *step_name(int step) {
 
 /* Reads the child's report through errfd (closing it): 0 once it has exec'd (EOF), else the negative
  * errno with *ret_error naming the step. */
-static int exec_result(int errfd, const char *exe, const char *cwd, char **ret_error) {
+static int exec_result(int errfd, const char *exe, const char *cwd, int timeout_msec, char **ret_error) {
         int msg[2];
         ssize_t k;
 
+        if (timeout_msec >= 0 && poll(&(struct pollfd){ .fd = errfd, .events = POLLIN }, 1, timeout_msec) == 0) {
+                close(errfd);
+                if (asprintf(ret_error, "its setup did not finish within %d ms", timeout_msec) < 0)
+                        *ret_error = NULL;
+                return -ETIMEDOUT;
+        }
         do
                 k = read(errfd, msg, sizeof msg);
         while (k < 0 && errno == EINTR);
@@ -285,10 +296,10 @@ int spawn_release(SpawnPending *sp, char **ret_error) {
 
         (void) !write(sp->gofd, "g", 1);
         close(sp->gofd);
-        r = exec_result(sp->errfd, sp->exe ?: "?", sp->cwd ?: "/", ret_error);
+        r = exec_result(sp->errfd, sp->exe ?: "?", sp->cwd ?: "/", sp->timeout_msec, ret_error);
         free(sp->exe);
         free(sp->cwd);
-        *sp = (SpawnPending){ .gofd = -1, .errfd = -1 };
+        *sp = (SpawnPending){ .gofd = -1, .errfd = -1, .timeout_msec = -1 };
         return r;
 }
 
@@ -299,13 +310,12 @@ void spawn_pending_drop(SpawnPending *sp) {
         close(sp->errfd);
         free(sp->exe);
         free(sp->cwd);
-        *sp = (SpawnPending){ .gofd = -1, .errfd = -1 };
+        *sp = (SpawnPending){ .gofd = -1, .errfd = -1, .timeout_msec = -1 };
 }
 
 int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error) {
-        _cleanup_close_ int devnull = -1, pidfd = -1;
+        _cleanup_close_ int devnull = -1;
         int errpipe[2], gopipe[2] = { -1, -1 };
-        int k;
         pid_t pid;
 
         devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -341,42 +351,54 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
         close(errpipe[1]);
         if (gopipe[0] >= 0)
                 close(gopipe[0]);
+        return spawn_finish(p, pid, errpipe[0], gopipe[1], -1, ret_pid, ret_pidfd, ret_error);
+}
+
+int spawn_finish(const SpawnParams *p, pid_t pid, int errfd, int gofd, int timeout_msec, pid_t *ret_pid,
+                 int *ret_pidfd, char **ret_error) {
+        _cleanup_close_ int pidfd = -1;
+        int k;
+
         /* Nothing reaps in between: the loop's SIGCHLD handler runs only when we return. */
         pidfd = pidfd_open(pid, 0);
         if (pidfd < 0) {
                 int e = errno;
                 (void) kill(pid, SIGKILL);
                 (void) waitpid(pid, NULL, 0);
-                close(errpipe[0]);
-                if (gopipe[1] >= 0)
-                        close(gopipe[1]);
+                close(errfd);
+                if (gofd >= 0)
+                        close(gofd);
                 return -e;
         }
         if (p->prepare) {
                 int r = p->prepare(pid, p->userdata, ret_error);
                 if (r < 0) {
                         /* Without its byte the child exits before exec; SIGKILL makes sure. */
-                        close(gopipe[1]);
-                        close(errpipe[0]);
+                        close(gofd);
+                        close(errfd);
                         (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
                         (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);
                         return r;
                 }
                 if (r == SPAWN_DEFER) {
                         child_wait_session(pid);
-                        *p->pending = (SpawnPending){ .gofd = gopipe[1],
-                                                      .errfd = errpipe[0],
+                        *p->pending = (SpawnPending){ .gofd = gofd,
+                                                      .errfd = errfd,
+                                                      .timeout_msec = timeout_msec,
                                                       .exe = strdup(p->argv[0]),
                                                       .cwd = strdup(p->cwd ?: "/") };
                         *ret_pid = pid;
                         *ret_pidfd = TAKE_FD(pidfd);
                         return 0;
                 }
-                (void) !write(gopipe[1], "g", 1);
-                close(gopipe[1]);
         }
-        k = exec_result(errpipe[0], p->argv[0], p->cwd ?: "/", ret_error);
+        if (gofd >= 0) {
+                (void) !write(gofd, "g", 1);
+                close(gofd);
+        }
+        k = exec_result(errfd, p->argv[0], p->cwd ?: "/", timeout_msec, ret_error);
         if (k < 0) {
+                (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
                 (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);
                 return k;
         }

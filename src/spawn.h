@@ -50,6 +50,7 @@ typedef struct SpawnParams {
         int (*prepare)(pid_t pid, void *userdata, char **ret_error);
         void *userdata;
         struct SpawnPending *pending; /* where a deferred child's handle goes; needed for SPAWN_DEFER */
+        int pass_fd;                  /* > 2: becomes the child's descriptor 3, open across exec; 0: none */
 } SpawnParams;
 
 #define SPAWN_DEFER 1
@@ -58,7 +59,8 @@ typedef struct SpawnParams {
 typedef struct SpawnPending {
         int gofd; /* -1: none */
         int errfd;
-        char *exe; /* for the message: argv[0] and cwd */
+        int timeout_msec; /* how long spawn_release() waits for the child's report; -1: until it comes */
+        char *exe;        /* for the message: argv[0] and cwd */
         char *cwd;
 } SpawnPending;
 
@@ -80,3 +82,11 @@ void spawn_pending_drop(SpawnPending *sp);
  * has been reaped then. When prepare refuses, returns its error and its
  * *ret_error, the child killed and reaped before it could exec. */
 int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error);
+
+/* The part of a launch after the child exists, for spawn_kernel() and for a kernel a preloaded launcher
+ * forked (preload.c): takes a pidfd for pid (our child, not yet reaped), runs p->prepare, lets the child go
+ * through gofd (-1 without prepare) and reads its report on errfd, waiting at most timeout_msec (-1: until it
+ * comes; a late child is killed, -ETIMEDOUT). Owns errfd and gofd (closes them, or hands them to
+ * *p->pending). Returns as spawn_kernel() does. */
+int spawn_finish(const SpawnParams *p, pid_t pid, int errfd, int gofd, int timeout_msec, pid_t *ret_pid,
+                 int *ret_pidfd, char **ret_error);

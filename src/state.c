@@ -238,6 +238,7 @@ json_t *context_state_to_json(const ContextState *s) {
             json_object_set_new(j, "pid_starttime", json_uint(s->pid_starttime)) < 0 ||
             json_object_set_new(j, "boot_id", json_string(s->boot_id)) < 0 ||
             json_object_set_new(j, "started_at", json_uint(s->started_at)) < 0 ||
+            json_object_set_new(j, "preloaded", json_boolean(s->preloaded)) < 0 ||
             json_object_set_new(j, "last_exit", exit_info_to_json(&s->last_exit)) < 0 ||
             json_object_set_new(j, "last_error", s->last_error ? json_string_lossy(s->last_error) : json_null()) < 0)
                 return NULL;
@@ -381,6 +382,11 @@ int context_state_from_json(const json_t *j, ContextState *ret) {
         if (r < 0)
                 return r;
         s.started_at = u;
+        /* Absent in the files of earlier versions: a cold start. */
+        v = json_object_get(j, "preloaded");
+        if (v && !json_is_boolean(v))
+                return -EBADMSG;
+        s.preloaded = json_is_true(v);
 
         v = json_object_get(j, "last_exit");
         if (!v)

@@ -51,6 +51,7 @@ typedef struct ContextState {
         uint64_t pid_starttime; /* /proc/PID/stat field 22, to tell a reused pid */
         char boot_id[37];       /* boot the pid belongs to */
         usec_t started_at;      /* CLOCK_REALTIME, 0 when never */
+        bool preloaded;         /* forked by a preloaded launcher rather than started cold */
         ExitInfo last_exit;
         char *last_error; /* owned; NULL when none */
 } ContextState;

@@ -18,6 +18,7 @@
 #include "notify.h"
 #include "reload.h"
 #include "state.h"
+#include "preload.h"
 #include "supervisor.h"
 #include "util.h"
 
@@ -592,6 +593,7 @@ static void sigchld_cb(uv_signal_t *h, int signum) {
 
                 if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
                         break;
+                ours = preload_child_exited(s->host.preload, si.si_pid);
                 for (size_t i = 0; i < s->n_contexts && !ours; i++)
                         ours = context_child_exited(s->contexts[i], si.si_pid);
                 if (!ours) {
@@ -710,6 +712,8 @@ static void supervisor_finish(Supervisor *s) {
         for (size_t i = 0; i < s->n_contexts; i++)
                 context_free(s->contexts[i]);
         s->n_contexts = 0;
+        preload_pool_free(s->host.preload);
+        s->host.preload = NULL;
         uv_close((uv_handle_t *) &s->signal_poll, NULL);
         uv_close((uv_handle_t *) &s->sig_chld, NULL);
         notify_free(s->notify);
@@ -813,6 +817,10 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .save_changed = supervisor_state_changed,
                 .taken_ports = supervisor_taken_ports,
         };
+        r = preload_pool_new(loop, getenv("KERNELSUP_PRELOAD_SCRIPT") ?: PKGDATADIR "/kernelsup-preload.py",
+                             &s->host.preload);
+        if (r < 0)
+                goto err;
         r = handlers_new(
                 &(HandlersHost){
                         .loop = loop,
@@ -939,6 +947,7 @@ void supervisor_free(Supervisor *s) {
                         context_free(s->contexts[i]);
                 uv_run(s->loop, UV_RUN_NOWAIT);
         }
+        preload_pool_free(s->host.preload);
         free(s->contexts);
         free(s->retiring);
         free(s->default_runtime_dir);

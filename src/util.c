@@ -293,7 +293,8 @@ int read_boot_id(char out[37]) {
         return 0;
 }
 
-int proc_pid_starttime(pid_t pid, uint64_t *ret) {
+/* Field n (from 3, as proc(5) numbers them) of /proc/PID/stat, a number. */
+static int proc_pid_stat_field(pid_t pid, int n, uint64_t *ret) {
         char path[64];
         _cleanup_free_ char *s = NULL;
         char *p;
@@ -310,15 +311,25 @@ int proc_pid_starttime(pid_t pid, uint64_t *ret) {
         if (!p)
                 return -EIO;
         p++;
-        /* Fields 3.. follow; starttime is field 22, the 20th after the ')'. */
-        for (int field = 3; field < 22; field++) {
+        for (int field = 3; field < n; field++) {
                 p = strchr(p + 1, ' ');
                 if (!p)
                         return -EIO;
         }
+        /* Field 3 (the state) is a letter; every later one asked for is a number. */
         if (sscanf(p, " %" SCNu64, ret) != 1)
                 return -EIO;
         return 0;
+}
+
+int proc_pid_starttime(pid_t pid, uint64_t *ret) {
+        return proc_pid_stat_field(pid, 22, ret);
+}
+
+pid_t proc_pid_ppid(pid_t pid) {
+        uint64_t v;
+
+        return proc_pid_stat_field(pid, 4, &v) < 0 ? -1 : (pid_t) v;
 }
 
 int write_all(int fd, const void *data, size_t len) {

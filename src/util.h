@@ -56,6 +56,8 @@ int read_boot_id(char out[37]);
 /* Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat),
  * which with the pid identifies a process across pid reuse. -ESRCH if gone. */
 int proc_pid_starttime(pid_t pid, uint64_t *ret);
+/* The parent of pid (/proc/PID/stat field 4), or -1 when it cannot be read. */
+pid_t proc_pid_ppid(pid_t pid);
 
 /* Writes all len bytes, retrying after EINTR and short writes. Async-signal-safe (a forked child may use it). */
 int write_all(int fd, const void *data, size_t len);

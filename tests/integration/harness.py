@@ -37,6 +37,7 @@ KERNELCTL = os.path.join(BUILDDIR, "kernelctl")
 # The stub kernel (`make tests/stubkernel`): a few MiB instead of ipykernel's 50, for tests with many contexts.
 STUBKERNEL = os.path.join(BUILDDIR, "tests", "stubkernel")
 STUB_ARGV = f"{STUBKERNEL} -f {{kernel_file}}"
+PRELOAD_SCRIPT = os.path.join(SRCDIR, "src", "kernelsup-preload.py")
 IPYKERNEL_ARGV = "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file} --HistoryManager.hist_file=:memory:"
 
 SANITIZER_MARKERS = ("AddressSanitizer", "runtime error:", "LeakSanitizer")
@@ -369,6 +370,7 @@ class Daemon:
         self.last_ctl = None
         self.exit_expected = False  # set once the test stops the daemon or expects it to exit
         self.bystanders = []  # processes a test started outside the daemon (see spawn_bystander)
+        self.preload_script = PRELOAD_SCRIPT  # the launcher's file its kernels are preloaded with
         tap.daemons.append(self)
         os.makedirs(self.contexts_dir)
         self.write_config(contexts, defaults, supervisor, extra_files)
@@ -453,6 +455,8 @@ class Daemon:
         env["NOTIFY_SOCKET"] = self.notify_path
         # Marks every process that inherits the daemon's environment as ours.
         env["KS_TEST_TAG"] = self.tmp
+        # The preloaded launcher of this source tree, rather than an installed one.
+        env["KERNELSUP_PRELOAD_SCRIPT"] = self.preload_script
         return env
 
     def _open_notify(self):
@@ -839,6 +843,28 @@ class Daemon:
 
 # ---------------------------------------------------------------------------
 # Jupyter
+
+
+class TestUser:
+    """A system user of the test's own, with its home at home (made, 0755, theirs); removed by close(). Needs root."""
+
+    def __init__(self, home, prefix="ks-u"):
+        import pwd
+        self.name = f"{prefix}-{os.getpid() % 100000}"
+        subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--home-dir", home,
+                        "--shell", "/usr/sbin/nologin", self.name], check=True, capture_output=True)
+        pw = pwd.getpwnam(self.name)
+        self.uid, self.gid, self.home = pw.pw_uid, pw.pw_gid, home
+        os.makedirs(home, mode=0o755)
+        os.chown(home, self.uid, self.gid)
+
+    def run(self, *argv):
+        """Runs argv as this user (a link it makes is its own)."""
+        return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], check=True, capture_output=True)
+
+    def close(self):
+        # --force: after a failed point the user's kernels may still run (the harness ends them at exit).
+        subprocess.run(["userdel", "--force", self.name], capture_output=True)
 
 
 class KernelClient:

@@ -6,7 +6,6 @@ back exactly; a symlink in contexts_dir is not followed. Needs root (it creates 
 
 import json
 import os
-import pwd
 import subprocess
 import sys
 
@@ -14,27 +13,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 PRECIOUS = "precious, root's\n"
-
-
-class TestUser:
-    """A system user of our own for the test, with its home under the test's directory; removed by close()."""
-
-    def __init__(self, home):
-        self.name = f"ks-uf-{os.getpid() % 100000}"
-        subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--home-dir", home,
-                        "--shell", "/usr/sbin/nologin", self.name], check=True, capture_output=True)
-        pw = pwd.getpwnam(self.name)
-        self.uid, self.gid = pw.pw_uid, pw.pw_gid
-        os.makedirs(home, mode=0o755)
-        os.chown(home, self.uid, self.gid)
-
-    def run(self, *argv):
-        """Runs argv as this user (a link it makes is its own)."""
-        return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], check=True, capture_output=True)
-
-    def close(self):
-        # --force: after a failed point the user's kernels may still run (the harness ends them at exit).
-        subprocess.run(["userdel", "--force", self.name], capture_output=True)
 
 
 def put(path, text, uid=0, mode=0o644):
@@ -199,7 +177,7 @@ def run(tap):
     # The test user must reach its home and the kernels' directories below the test's directory.
     os.chmod(d.tmp, 0o755)
     try:
-        user = TestUser(os.path.join(d.tmp, "home"))
+        user = harness.TestUser(os.path.join(d.tmp, "home"), prefix="ks-uf")
     except (OSError, subprocess.CalledProcessError) as e:
         tap.skip_all(f"cannot create a test user: {e}")
     try:

@@ -342,6 +342,8 @@ static void test_value_errors(void) {
                 { "context:a", "transport = udp", "expected ipc or tcp" },
                 { "defaults", "transport = IPC", "expected ipc or tcp" },
                 { "context:a", "transport =", "expected ipc or tcp" },
+                { "context:a", "preload = sometimes", "expected auto, yes or no" },
+                { "defaults", "preload = YES", "expected auto, yes or no" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -815,6 +817,43 @@ static void check_ipc_too_long(const char *sections, const char *where, const ch
         check_error(content, want, name);
 }
 
+static void test_preload(void) {
+        const ContextConfig *cc;
+        const char *why = NULL;
+        Config *c;
+
+        new_ctx_dir(false);
+        c = load_ok("[defaults]\npreload = no\n[context:a]\npreload = auto\n[context:b]\n"
+                    "[context:c]\nargv = /opt/py/bin/python3 -m mykernel -f {kernel_file}\npreload = yes\n"
+                    "[context:d]\nargv = /opt/py/bin/python3 -m mykernel -f {kernel_file}\npreload = auto\n",
+                    "preload");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->preload == PRELOAD_AUTO, "preload = auto overrides [defaults]");
+        is_str(cc ? context_config_preload_module(cc, &why) : NULL, "ipykernel_launcher",
+               "auto preloads PYTHON -m ipykernel_launcher");
+        cc = c ? config_find_context(c, "b") : NULL;
+        ok(cc && !context_config_preload_module(cc, &why), "[defaults] preload = no applies");
+        is_str(why, "preload = no", "and says so");
+        cc = c ? config_find_context(c, "c") : NULL;
+        is_str(cc ? context_config_preload_module(cc, &why) : NULL, "mykernel", "yes preloads any PYTHON -m MODULE");
+        cc = c ? config_find_context(c, "d") : NULL;
+        ok(cc && !context_config_preload_module(cc, &why), "auto does not preload another module");
+        is_str(why, "preload = auto, and argv runs another module than ipykernel_launcher", "and says so");
+        config_free(c);
+        ok(!argv_python_module((char *[]){ "python3", "-m", "x", NULL }), "a relative interpreter is not preloaded");
+        ok(!argv_python_module((char *[]){ "/usr/bin/python3", "-m", "-x", NULL }), "-m followed by an option is not");
+        ok(!argv_python_module((char *[]){ "/usr/bin/python3", "-I", "-m", "x", NULL }),
+           "interpreter options before -m are not (sys.flags would differ)");
+        check_error("[context:a]\nargv = /bin/true {kernel_file}\npreload = yes\n",
+                    "@/main.ini:3: [context:a] preload = yes: argv must then be an absolute interpreter, -m and a "
+                    "module (PYTHON -m MODULE ...)",
+                    "preload = yes with an argv that is not PYTHON -m MODULE");
+        check_error("[defaults]\npreload = yes\n[context:a]\nargv = /bin/true\n",
+                    "@/main.ini:2: [defaults] preload = yes: argv must then be an absolute interpreter, -m and a "
+                    "module (PYTHON -m MODULE ...)",
+                    "preload = yes in [defaults] is named where it was set");
+}
+
 static void test_transport(void) {
         _cleanup_free_ char *content = NULL;
         const ContextConfig *cc;
@@ -1217,6 +1256,7 @@ int main(void) {
         test_file_errors();
         test_happy();
         test_transport();
+        test_preload();
         test_bundled();
         test_expand_argv();
         test_process_differs();

@@ -27,14 +27,16 @@ static const char STATUS[] =
         "ity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"ta"
         "sks_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unifie"
         "d/kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null"
-        ",\"running\":null,\"output_chunking\":null},{\"name\":\"b\",\"state\":\"stopped\",\"pid\":null,\"kernel_id\":"
+        ",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null},{\"name\":\"b\",\"state\":"
+        "\"stopped\",\"pid\":null,\"kernel_id\":"
         "null,\"incarnation\""
         ":0,\"restarts\":0,\"started_at\":null,\"uptime\":null,\"connection_file\":\"/tmp/ks/run/connectio"
         "ns/b.json\",\"last_exit\":null,\"last_error\":null,\"execution_count\":null,\"last_activity\":nul"
         "l,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quota\":\"50%\",\"task"
         "s_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":"
         "null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can co"
-        "nnect to its ports and subscribe to its output\",\"running\":null,\"output_chunking\":null}]}";
+        "nnect to its ports and subscribe to its "
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}]}";
 
 /* check's result */
 static const char CHECK[] =
@@ -47,7 +49,7 @@ static const char CHECK[] =
         "y\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"task"
         "s_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/"
         "kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null,\""
-        "running\":null,\"output_chunking\":null}}";
+        "running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}}";
 
 /* the data of wait's error "not every context was ready within the timeout" */
 static const char WAIT_TIMEOUT[] =
@@ -60,7 +62,7 @@ static const char WAIT_TIMEOUT[] =
         "ax\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_m"
         "ax\",\"cpu_quota\"],\"note\":null,\"group\":null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"t"
         "ransport_note\":\"any local user can connect to its ports and subscribe to its output\",\"ru"
-        "nning\":null,\"output_chunking\":null}]}";
+        "nning\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}]}";
 
 /* the data of check's error "b: not ready within the timeout (state stopped)" */
 static const char CHECK_TIMEOUT[] =
@@ -70,7 +72,8 @@ static const char CHECK_TIMEOUT[] =
         "ued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\""
         ":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":null,\""
         "group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect "
-        "to its ports and subscribe to its output\",\"running\":null,\"output_chunking\":null}}";
+        "to its ports and subscribe to its "
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}}";
 
 /* start's result */
 static const char START[] =
@@ -81,7 +84,8 @@ static const char START[] =
         "mory_max\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"enforced\":[\"memory_max\",\"cpu_quo"
         "ta\"],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/kernelsup-b-22189\",\"g"
         "roup_kill\":\"cgroup.kill\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect"
-        " to its ports and subscribe to its output\",\"running\":null,\"output_chunking\":null}";
+        " to its ports and subscribe to its "
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}";
 
 /* stop's result */
 static const char STOP[] =
@@ -92,7 +96,8 @@ static const char STOP[] =
         "_activity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":104857600,\"cpu_quot"
         "a\":\"50%\",\"tasks_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\""
         ":null,\"group\":null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any loc"
-        "al user can connect to its ports and subscribe to its output\",\"running\":null,\"output_chunking\":null}";
+        "al user can connect to its ports and subscribe to its "
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}";
 
 /* execute's result */
 static const char EXECUTE[] =
@@ -273,7 +278,8 @@ static bool context_equal(const ReplyContext *a, const ReplyContext *b) {
                a->last_activity == b->last_activity && a->queued == b->queued &&
                limits_equal(&a->limits, &b->limits) && streq(a->transport, b->transport) &&
                streq_ptr(a->transport_note, b->transport_note) && streq_ptr(a->running, b->running) &&
-               streq_ptr(a->output_chunking, b->output_chunking);
+               streq_ptr(a->output_chunking, b->output_chunking) && streq_ptr(a->started, b->started) &&
+               streq_ptr(a->start_note, b->start_note);
 }
 
 static bool supervisor_equal(const ReplySupervisor *a, const ReplySupervisor *b) {
@@ -339,6 +345,8 @@ static const ReplyContext FULL_CONTEXT = {
         .transport_note = "any local user",
         .running = "other",
         .output_chunking = "off",
+        .started = "cold",
+        .start_note = "preload = no",
 };
 
 /* Every member that can be none, none. */

@@ -29,6 +29,7 @@ static void full_state(ContextState *s) {
                 .pid_starttime = 123456789,
                 .boot_id = "7d444840-9dc0-11d1-b245-5ffdce74fad2",
                 .started_at = 1764410000123456ULL,
+                .preloaded = true,
                 .last_exit = { .valid = true, .code = 0, .signal = 9, .oom = true, .at = 1764410000000001ULL },
         };
         memcpy(s->conn.key, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", KEY_HEX_LEN + 1);
@@ -50,7 +51,8 @@ static bool state_equal(const ContextState *a, const ContextState *b) {
                 return false;
         return a->incarnation == b->incarnation && a->restarts == b->restarts && streq(a->kernel_id, b->kernel_id) &&
                a->pid == b->pid && a->pid_starttime == b->pid_starttime && streq(a->boot_id, b->boot_id) &&
-               a->started_at == b->started_at && exit_equal(&a->last_exit, &b->last_exit);
+               a->started_at == b->started_at && a->preloaded == b->preloaded &&
+               exit_equal(&a->last_exit, &b->last_exit);
 }
 
 static void test_roundtrip(void) {
@@ -167,6 +169,7 @@ static const Mutation mutations[] = {
         { "boot_id a number", "boot_id", "0" },
         { "started_at -1", "started_at", "-1" },
         { "started_at a string", "started_at", "\"now\"" },
+        { "preloaded a number", "preloaded", "1" },
         { "last_exit missing", "last_exit", NULL },
         { "last_exit a string", "last_exit", "\"killed\"" },
         { "last_exit both code and signal", "last_exit", "{\"code\":1,\"signal\":9,\"oom\":false,\"at\":1}" },
@@ -337,8 +340,9 @@ static void test_files(int dirfd) {
                                   "\"pid_starttime\":0,\"boot_id\":\"\",\"started_at\":0,\"last_exit\":null,"
                                   "\"last_error\":null}"),
                        0, "plant a minimal valid file");
-                got = (ContextState){};
+                got = (ContextState){ .preloaded = true };
                 is_int(context_state_load(dirfd, "eve", &got), 0, "it loads");
+                ok(!got.preloaded, "a file without preloaded (an earlier version's) says cold");
                 context_state_done(&got);
 
                 big = malloc(65 * 1024 + 1);

@@ -1,0 +1,306 @@
+"""Preloaded kernels (issue 14): a kernel forked by a preloaded launcher looks to its own code exactly as a cold
+one of the same settings (argv, executable, sys.path with the cwd entry, environment, cwd, ids, limits, signal
+dispositions and mask, parent, history, command line, stdio, session), runs as the context's user (the launcher
+too, never root), is watched like a cold one (exit status, restart, group kill, output to the log, adoption
+after a daemon crash), picks up a package installed into the user's site directory at its next restart, and
+every launch the launcher cannot serve (it is still importing, it was killed, it named a process that is not
+its kernel, it does not answer) is a cold start at once, with status saying which way and why. Needs root
+(a test user)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+# What a kernel's own code can see of how it was started, as JSON on one line.
+PROBE = r'''
+import json as _j, os as _o, resource as _r, signal as _s, sys as _y
+def _h(x):
+    return x if x in (_s.SIG_DFL, _s.SIG_IGN, None) else getattr(x, "__qualname__", repr(x))
+_fd = lambda n: _o.readlink(f"/proc/self/fd/{n}").split(":")[0]
+print(_j.dumps({
+    "argv": _y.argv, "orig_argv": _y.orig_argv, "executable": _y.executable, "path": _y.path,
+    "environ": dict(_o.environ), "cwd": _o.getcwd(),
+    "ids": [_o.getuid(), _o.geteuid(), _o.getgid(), _o.getegid(), sorted(_o.getgroups())],
+    "rlimits": {n: _r.getrlimit(getattr(_r, n)) for n in dir(_r) if n.startswith("RLIMIT_")},
+    "signals": {_s.Signals(n).name: str(_h(_s.getsignal(n))) for n in _s.valid_signals()
+                if n not in (_s.SIGKILL, _s.SIGSTOP) and n in _s.Signals._value2member_map_},
+    "sigmask": sorted(int(n) for n in _s.pthread_sigmask(_s.SIG_BLOCK, [])),
+    "ppid": _o.getppid(), "session": [_o.getsid(0) == _o.getpid(), _o.getpgid(0) == _o.getpid()],
+    "history": str(get_ipython().history_manager.hist_file),
+    "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\0"),
+    "proc_environ": sorted(open("/proc/self/environ", "rb").read().decode().split("\0")),
+    "stdio": [_fd(0), _fd(1), _fd(2)], "umask": _o.umask(_o.umask(0)),
+    "flags": str(_y.flags), "cgroup": open("/proc/self/cgroup").read(), "main": sorted(k for k in vars(_y.modules["__main__"]) if not k.startswith("_")),
+}))
+'''
+
+FIELDS = ("argv", "orig_argv", "executable", "path", "environ", "cwd", "ids", "rlimits", "signals", "sigmask",
+          "ppid", "session", "history", "cmdline", "proc_environ", "stdio", "umask", "flags", "main", "cgroup")
+
+
+def output(text):
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:-1]) if lines and lines[-1].startswith("[ok #") else text
+
+
+def probe(d, name):
+    r = d.ctl("exec", name, PROBE, timeout=60)
+    try:
+        return json.loads(output(r.stdout).splitlines()[-1])
+    except (ValueError, IndexError):
+        raise harness.HarnessError(f"probe of {name}: exit {r.returncode}, {r.stdout[-500:]!r} {r.stderr[-500:]!r}")
+
+
+def normalized(d, name, value):
+    """value with what differs by right between two contexts (their names, kernel ids, connection files)
+    made alike."""
+    text = json.dumps(value)
+    c = d.context(name)
+    text = text.replace(c["kernel_id"], "KERNEL_ID")
+    text = text.replace(f"/kernels/{name}/", "/kernels/NAME/").replace(f"KERNELSUP_CONTEXT={name}", "CTX")
+    text = text.replace(f'"KERNELSUP_CONTEXT": "{name}"', '"KERNELSUP_CONTEXT": "CTX"')
+    # A kernel's own cgroup or scope is named for its context and pid.
+    text = re.sub(rf"kernelsup-{name}-[0-9]+", "kernelsup-NAME-PID", text)
+    return json.loads(text)
+
+
+def launcher_pids(d):
+    """The running launchers of this daemon (their command line names the launcher's file)."""
+    return [p for p in harness.all_pids()
+            if harness.PRELOAD_SCRIPT in (harness.proc_cmdline(p) or []) and harness.alive(p)
+            and (harness.proc_environ(p) or {}).get("KS_TEST_TAG") == d.tmp]
+
+
+def uid_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+
+
+def restart_preloaded(d, name):
+    """Restarts name and waits for its new kernel; returns its status."""
+    old = d.context(name)["kernel_id"]
+    d.ctl("restart", name, timeout=60)
+    return d.wait_context(name, lambda c: c["state"] == "ready" and c["kernel_id"] != old, "a new kernel", 60)
+
+
+def same_as_cold(tap, d):
+    d.wait_all_ready(("p1", "p2", "c1"))
+    tap.eq(d.context("c1")["started"], "cold", "preload = no: the kernel was started cold")
+    tap.eq(d.context("c1")["start_note"], "preload = no", "status says why: preload = no")
+    first = d.context("p1")
+    tap.ok(first["started"] == "cold" and "importing" in (first["start_note"] or ""),
+           "the first launch, while the launcher imports, is cold and says so", repr(first))
+    d.wait_log("is ready", timeout=120)
+    pl = launcher_pids(d)
+    tap.eq(len(pl), 1, "one launcher serves the two contexts of one user, interpreter and environment", repr(pl))
+    tap.ok(pl and all(uid_of(p) == d.user.uid for p in pl), "the launcher runs as the context's user, not root")
+    for name in ("p1", "p2"):
+        c = restart_preloaded(d, name)
+        tap.eq((c["started"], c["start_note"]), ("preloaded", None), f"{name}: restarted through the launcher")
+    hot, cold = probe(d, "p1"), probe(d, "c1")
+    tap.ok(hot["ppid"] == d.proc.pid, "the preloaded kernel is the daemon's child (getppid)", hot["ppid"])
+    for f in FIELDS:
+        tap.eq(normalized(d, "p1", hot[f]), normalized(d, "c1", cold[f]),
+               f"preloaded and cold kernels agree on {f}")
+    tap.ok(hot["path"][0] == hot["cwd"], "sys.path[0] is the cwd, as -m makes it", hot["path"][:2])
+    return hot
+
+
+def watched(tap, d):
+    # Output to the log through the kernel's own stdout, as a cold kernel's.
+    mark = d.log_mark()
+    d.ctl("exec", "p1", "import os; os.write(1, b'preload-stdout-marker\\n')")
+    d.wait_log("p1: preload-stdout-marker", mark)
+    tap.ok(True, "what the preloaded kernel writes to its stdout reaches the log, with its context")
+
+    # Its exit status is ours to read, and a restart goes through the launcher again.
+    c = d.context("p1")
+    os.kill(c["pid"], signal.SIGKILL)
+    c = d.wait_context("p1", lambda x: x["state"] == "ready" and x["kernel_id"] != c["kernel_id"],
+                       "restarted after SIGKILL", 60)
+    tap.eq((c["last_exit"] or {}).get("signal"), "SIGKILL", "kill -9 of a preloaded kernel: its status says SIGKILL")
+    tap.eq(c["started"], "preloaded", "restarted after kill -9 through the launcher")
+
+    # Its group goes with it.
+    r = d.ctl("exec", "p1", "import subprocess; p = subprocess.Popen(['sleep', '600']); print(p.pid)")
+    child = int(output(r.stdout).strip())
+    d.ctl("stop", "p1", timeout=60)
+    harness.wait_until(lambda: not harness.alive(child), 30, "the kernel's child to be gone")
+    tap.ok(True, "stop ends the preloaded kernel's child too")
+    d.ctl("start", "p1", timeout=60)
+    c = d.wait_state("p1", "ready", 60)
+    tap.eq(c["started"], "preloaded", "start after stop goes through the launcher")
+
+
+def new_package(tap, d):
+    """As `%pip install --user PKG` leaves it: a module in the user's site directory, which did not exist
+    when the launcher started (so its sys.path lacks it)."""
+    r = d.ctl("exec", "p1", "import site, os\np = site.getusersitepackages()\nos.makedirs(p, exist_ok=True)\n"
+              "open(os.path.join(p, 'ks_newpkg.py'), 'w').write('X = 42\\n')")
+    tap.eq(r.returncode, 0, "a package is installed into the user's site directory from a cell", r.stderr)
+    mark = d.log_mark()
+    c = restart_preloaded(d, "p1")
+    tap.ok("renewed" in (c["start_note"] or ""), "the restart after it is cold: the launcher is renewed",
+           repr(c["start_note"]))
+    r = d.ctl("exec", "p1", "import ks_newpkg; print(ks_newpkg.X)")
+    tap.eq(output(r.stdout), "42\n", "the restarted kernel imports the new package")
+    d.wait_log("is ready", mark, timeout=120)
+    c = restart_preloaded(d, "p2")
+    tap.eq(c["started"], "preloaded", "the renewed launcher serves the next launch")
+    r = d.ctl("exec", "p2", "import ks_newpkg; print(ks_newpkg.X)")
+    tap.eq(output(r.stdout), "42\n", "and its kernel imports the new package too")
+
+
+def launcher_killed(tap, d):
+    for p in launcher_pids(d):
+        os.kill(p, signal.SIGKILL)
+    harness.wait_until(lambda: not launcher_pids(d), 30, "the launcher to be gone")
+    c = restart_preloaded(d, "p1")
+    tap.ok(c["started"] == "cold" and "SIGKILL" in (c["start_note"] or ""),
+           "with its launcher killed, the next launch is cold at once and says why", repr(c["start_note"]))
+    r = d.ctl("exec", "p1", "print(6 * 7)")
+    tap.eq(output(r.stdout), "42\n", "and that cold kernel answers")
+
+
+def adoption(tap, d):
+    c = d.context("p2")
+    d.kill9()
+    d.start()
+    a = d.wait_state("p2", "ready", 60)
+    tap.eq((a["kernel_id"], a["pid"]), (c["kernel_id"], c["pid"]), "a preloaded kernel is adopted after a crash")
+    tap.eq(a["started"], "preloaded", "status still says it was preloaded")
+    r = d.ctl("check", "p2", "--expect", c["kernel_id"])
+    tap.eq(r.returncode, 0, "check --expect of the adopted preloaded kernel exits 0", r.stdout + r.stderr)
+    # The new daemon's launcher starts with its first launch, which is cold.
+    mark = d.log_mark()
+    c = restart_preloaded(d, "p1")
+    tap.ok(c["started"] == "cold" and "importing" in (c["start_note"] or ""),
+           "the new daemon's first launch is cold while its launcher imports", repr(c["start_note"]))
+    d.wait_log("is ready", mark, timeout=120)
+
+
+def hostile_launchers(tap):
+    """Launchers that lie: one names another of the daemon's kernels as its kernel, one never answers."""
+    d = harness.Daemon(tap)
+    script = os.path.join(d.tmp, "liar.py")
+    with open(script, "w") as f:
+        f.write("import json, os, socket, sys, time\n"
+                "s = socket.socket(fileno=3)\n"
+                "s.send(json.dumps({'ready': os.getpid()}).encode())\n"
+                "while True:\n"
+                "    m, anc, _, _ = s.recvmsg(1 << 20, 64)\n"
+                "    if not m: break\n"
+                "    if os.environ.get('MODE') == 'mute': time.sleep(600)\n"
+                "    if os.environ.get('MODE') == 'cold':\n"
+                "        s.send(json.dumps({'cold': 'asked to'}).encode())\n"
+                "        continue\n"
+                "    s.send(json.dumps({'pid': int(open(os.environ['VICTIM']).read())}).encode())\n")
+    victim_file = os.path.join(d.tmp, "victim")
+    d.write_config("[context:v]\npreload = no\n[context:l]\n[context:m]\nenv = MODE=mute\n",
+                   defaults=f"argv = {harness.IPYKERNEL_ARGV}\nenv = VICTIM={victim_file}\n")
+    d.preload_script = script
+    d.start()
+    d.wait_all_ready(("v", "l", "m"))
+    v = d.context("v")
+    with open(victim_file, "w") as f:
+        f.write(str(v["pid"]))
+    harness.wait_until(lambda: d.log_since(0).count("is ready") >= 2, 60, "both liars to be ready")
+    for name in ("l", "m"):
+        c = restart_preloaded(d, name)
+        tap.eq(c["started"], "cold", f"{name}: a launcher that {'names another kernel' if name == 'l' else 'never answers'}: cold")
+        tap.ok(c["pid"] != v["pid"], f"{name}: the named process is not taken as the kernel", repr(c))
+        tap.ok(c["start_note"], f"{name}: status says why", repr(c["start_note"]))
+    v2 = d.context("v")
+    tap.eq((v2["pid"], v2["kernel_id"], v2["state"]), (v["pid"], v["kernel_id"], "ready"),
+           "the kernel the liar named is untouched")
+
+    # A flood of contexts that each need a launcher of their own (another environment): at most 8 run.
+    names = [f"f{i}" for i in range(12)]
+    d.write_config("[context:v]\npreload = no\n" + "".join(
+        f"[context:{n}]\nargv = /usr/bin/python3 -m ks_no_such_module -f {{kernel_file}}\npreload = yes\n"
+        f"restart = no\nenv = MODE=cold N={n}\n" for n in names))
+    d.ctl("reload")
+    for n in names:
+        d.wait_context(n, lambda c: c["last_exit"] is not None, "its cold kernel to have exited", 120)
+    liars = [p for p in harness.all_pids() if script in (harness.proc_cmdline(p) or [])
+             and harness.alive(p) and (harness.proc_stat(p) or (0, 0))[1] == d.proc.pid]
+    tap.ok(0 < len(liars) <= 8, "12 contexts with 12 environments: at most 8 launchers run", repr(liars))
+    d.stop()
+
+
+def launcher_cannot_start(tap):
+    """A launcher that cannot start (its file is missing): launches are cold at once and say why."""
+    d = harness.Daemon(tap)
+    d.preload_script = os.path.join(d.tmp, "no-such-launcher.py")
+    d.write_config("[context:y]\nargv = /usr/bin/python3 -m ks_no_such_module -f {kernel_file}\npreload = yes\n"
+                   "restart = no\nautostart = no\n")
+    d.start()
+    d.ctl("start", "y", timeout=60)
+    d.wait_log("preloaded launcher")
+    d.wait_log("exited with code 2")
+    mark = d.log_mark()
+    d.ctl("start", "y", timeout=60)
+    d.wait_context("y", lambda c: c["last_exit"] is not None and c["state"] == "stopped", "the next kernel to exit", 60)
+    tap.contains(d.log_since(mark), "y: launching cold: the preloaded launcher exited with code 2",
+                 "a launcher that cannot start: the next launch is cold at once and the log says why")
+    d.stop()
+
+
+def bad_config(tap):
+    d = harness.Daemon(tap)
+    d.write_config("[context:x]\nargv = /bin/true {kernel_file}\npreload = yes\n")
+    r = subprocess.run([harness.KERNELSUPD, "--config", d.config, "--check-config"], capture_output=True, text=True,
+                       env=d.env())
+    line = d.config_line("preload = yes")
+    tap.eq(r.returncode, 1, "preload = yes with an argv that is not PYTHON -m MODULE: --check-config exits 1")
+    tap.contains(r.stderr, f"{d.config}:{line}: [context:x] preload = yes: argv must", "the error names file:line")
+    d.write_config("[context:x]\npreload = sometimes\n")
+    r = subprocess.run([harness.KERNELSUPD, "--config", d.config, "--check-config"], capture_output=True, text=True,
+                       env=d.env())
+    tap.contains(r.stderr, "preload = sometimes: expected auto, yes or no", "a bad preload value is named")
+
+
+def run(tap):
+    if os.geteuid() != 0:
+        tap.skip_all("needs root: runs kernels as a test user")
+    with tap.guard("configuration"):
+        bad_config(tap)
+    d = harness.Daemon(tap)
+    os.chmod(d.tmp, 0o755)
+    try:
+        d.user = harness.TestUser(os.path.join(d.tmp, "home"), prefix="ks-pl")
+    except (OSError, subprocess.CalledProcessError) as e:
+        tap.skip_all(f"cannot create a test user: {e}")
+    try:
+        work = os.path.join(d.user.home, "work")
+        d.user.run("mkdir", work)
+        d.write_config("[context:p1]\n[context:p2]\n[context:c1]\npreload = no\n",
+                       defaults=f"user = {d.user.name}\ncwd = {work}\nenv = FOO=bar baz\nstart_timeout = 120s\n"
+                                                                              "memory_max = 3G\n")
+        d.start()
+        with tap.guard("indistinguishable"):
+            same_as_cold(tap, d)
+        with tap.guard("watched like a cold kernel"):
+            watched(tap, d)
+        with tap.guard("adoption"):
+            adoption(tap, d)
+        with tap.guard("a new package"):
+            new_package(tap, d)
+        with tap.guard("the launcher killed"):
+            launcher_killed(tap, d)
+        d.stop()
+    finally:
+        d.user.close()
+    with tap.guard("hostile launchers"):
+        hostile_launchers(tap)
+    with tap.guard("a launcher that cannot start"):
+        launcher_cannot_start(tap)
+
+
+harness.main(run)
