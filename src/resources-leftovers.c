@@ -1,4 +1,4 @@
-/* Ending what a kernel left behind (resources_end_group(), declared in resources.h): its cgroup killed
+/* Ending what a kernel left behind (resources_end_group_start(), declared in resources.h): its cgroup killed
  * (cgroup.kill, the freezer, or cgroup.procs one by one), and where the kernel has no cgroup of its own, the
  * processes that name its kernel id in their environment or descend from it. */
 
@@ -342,17 +342,6 @@ static int leftover_end_new(const Limits *l, const char *tag, usec_t timeout, Le
         e->deadline = now_usec(CLOCK_MONOTONIC) + timeout;
         *ret = TAKE_PTR(e);
         return 0;
-}
-
-int resources_end_group(const Limits *l, const char *tag, usec_t timeout) {
-        _cleanup_(leftover_end_freep) LeftoverEnd *e = NULL;
-        int r = leftover_end_new(l, tag, timeout, &e);
-
-        if (r < 0)
-                return r;
-        while ((r = leftover_step(e)) == -EAGAIN)
-                (void) usleep(200);
-        return r;
 }
 
 static void timer_close_cb(uv_handle_t *h) {

@@ -82,19 +82,13 @@ void resources_inspect(const ContextConfig *cc, pid_t pid, Limits *ret);
 /* Whether the OOM killer acted in the kernel's memory cgroup since launch (after its SIGKILL). */
 bool resources_oom_killed(const Limits *l);
 
-/* Ends every process the kernel left behind (after the kernel itself has
- * exited): everything in its cgroup, or without one, every descendant of
- * the daemon whose environment holds tag ("KERNELSUP_KERNEL_ID=..."). Waits
- * up to timeout for them to be gone, so their sockets are closed. Returns how
- * many processes it ended (0: none), -ETIMEDOUT when some were still there.
- * Blocks: for tests and the last moments of the daemon. */
-int resources_end_group(const Limits *l, const char *tag, usec_t timeout);
-
-/* The same without blocking the loop. The first round (the kill) runs at once: when nothing is left after
- * it, returns as resources_end_group() does, and *ret is untouched. Otherwise returns -EINPROGRESS with *ret
- * set, and the rounds go on every millisecond in the loop until done(r, ...) is called once, with r as
- * resources_end_group() returns it, how the group was ended and its cgroup (NULL without one; valid during
- * the call); the ending is freed by then. l may be released meanwhile. */
+/* Ends every process the kernel left behind (after the kernel itself has exited): everything in its cgroup, or
+ * without one, every descendant of the daemon whose environment holds tag ("KERNELSUP_KERNEL_ID=..."), without
+ * blocking the loop. The first round (the kill) runs at once: when nothing is left after it, returns how many
+ * processes it ended (0: none), and *ret is untouched. Otherwise returns -EINPROGRESS with *ret set, and the
+ * rounds go on every millisecond in the loop until done(r, ...) is called once: r is how many it ended, or
+ * -ETIMEDOUT when some were still there after timeout; with how the group was ended and its cgroup (NULL
+ * without one; valid during the call). The ending is freed by then. l may be released meanwhile. */
 typedef struct LeftoverEnd LeftoverEnd;
 typedef void (*LeftoverEndDone)(int r, GroupKill kill, const char *group, void *userdata);
 int resources_end_group_start(uv_loop_t *loop, const Limits *l, const char *tag, usec_t timeout, LeftoverEndDone done,
