@@ -21,7 +21,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-USERS = ("ks-hostile-a", "ks-hostile-b", "ks-hostile-c", "ks-hostile-d", "ks-hostile-e")
+# Named after this run (as harness.TestUser does): a user left behind by a run that was killed, or one
+# of a run beside this one, is never this run's. Each ends in the letter its context own-X takes.
+USERS = tuple(f"ks-h{os.getpid() % 100000}-{c}" for c in "abcde")
 
 # Runs as a test user. "idle PATH N": opens N connections that never send, reports once the
 # daemon has answered the last one (so it has seen them all), again on "check" from stdin, and
