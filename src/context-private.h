@@ -1,6 +1,7 @@
 /* Inside a context: the state shared by context.c (states, exit, restart,
- * stop, status) and context-launch.c (ports, files, placement and the launch
- * of a kernel, its output to the log). Not for use outside those two files. */
+ * stop, status), context-launch.c (ports, files, placement and the launch
+ * of a kernel, its output to the log), context-lifetime.c (new, adopt, free)
+ * and context-heartbeat.c (pings while running). Not for use outside them. */
 #pragma once
 
 #include <stdbool.h>
@@ -111,7 +112,13 @@ struct Context {
 
 /* context.c */
 extern const KernelConnCallbacks context_conn_callbacks;
+/* The cell queue's hooks (exec.h): interrupt the kernel's process group, busy/idle to the state. */
+extern const ExecHooks context_exec_hooks;
 void context_set_state(Context *c, ContextStateKind to);
+/* Replaces st.last_error with a copy of msg (NULL clears it); not saved. */
+void context_set_error(Context *c, const char *msg);
+/* Frees the pid_poll handle, the uv_close callback for it. */
+void context_pid_poll_close_cb(uv_handle_t *h);
 /* A new kernel process (launched or adopted): not answered yet, output chunking not asked yet. */
 void context_readiness_reset(Context *c);
 /* The output chunking request is still unanswered (CHUNKING_WAIT_USEC passed, or start_timeout): the context
@@ -122,6 +129,10 @@ void context_send_kernel_info(Context *c);
 void context_info_timer_cb(uv_timer_t *t);
 void context_pid_poll_cb(uv_poll_t *p, int status, int events);
 void context_launch_failed(Context *c, const char *msg);
+
+/* context-heartbeat.c */
+/* Starts the pings every heartbeat_interval, no ping outstanding and none missed. */
+void context_hb_start(Context *c);
 
 /* context-launch.c */
 /* Removes the kernel's private copy of its connection file (it holds the key; only a starting kernel reads it,

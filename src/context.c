@@ -1,6 +1,5 @@
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +71,7 @@ void context_set_state(Context *c, ContextStateKind to) {
         c->host->state_changed(c->host->userdata, c);
 }
 
-static void context_set_error(Context *c, const char *msg) {
+void context_set_error(Context *c, const char *msg) {
         free(c->st.last_error);
         c->st.last_error = msg ? strdup(msg) : NULL;
 }
@@ -113,7 +112,6 @@ int context_save_retry(Context *c) {
         return c->save_error ? context_save(c) : 0;
 }
 
-static void context_hb_start(Context *c);
 static void stop_timer_cb(uv_timer_t *t);
 static uint64_t stop_phase_msec(const Context *c);
 
@@ -293,7 +291,7 @@ static void exec_hook_busy(void *userdata, bool busy) {
                 context_set_state(c, CONTEXT_READY);
 }
 
-static const ExecHooks exec_hooks = {
+const ExecHooks context_exec_hooks = {
         .interrupt = exec_hook_interrupt,
         .busy = exec_hook_busy,
 };
@@ -369,69 +367,6 @@ int context_forget(Context *c, bool keep_connection_file) {
         return context_state_remove(c->host->state_dirfd, c->name);
 }
 
-/* ---- Heartbeat ---- */
-
-static void hb_timer_cb(uv_timer_t *t) {
-        Context *c = t->data;
-        usec_t now = now_usec(CLOCK_MONOTONIC);
-        char d[32];
-
-        if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE)
-                return;
-        /* After a freeze every timer fires at once: that is no silence of the kernel. */
-        if (c->host->clock_check(c->host->userdata))
-                return;
-        c->counters.heartbeat_misses += c->hb_outstanding;
-        if (c->hb_outstanding && ++c->hb_missed >= c->cfg->heartbeat_misses && c->state != CONTEXT_UNRESPONSIVE) {
-                log_warning("%s: kernel %s missed %u heartbeats; unresponsive", c->name, c->st.kernel_id,
-                            c->hb_missed);
-                c->unresponsive_since = now;
-                context_set_state(c, CONTEXT_UNRESPONSIVE);
-        }
-        if (c->state == CONTEXT_UNRESPONSIVE && c->cfg->unresponsive_restart &&
-            now - c->unresponsive_since >= c->cfg->unresponsive_restart) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "unresponsive for %s; restarted (unresponsive_restart)",
-                         format_duration(d, sizeof d, now - c->unresponsive_since));
-                log_warning("%s: kernel %s %s", c->name, c->st.kernel_id, msg);
-                context_set_error(c, msg);
-                context_restart(c);
-                /* It answers nothing, so asking it to shut down only costs stop_timeout. */
-                if (c->pid > 0) {
-                        (void) kill(-c->pid, SIGKILL);
-                        c->stop_phase = 2;
-                }
-                return;
-        }
-        if (c->conn && kernel_conn_ping(c->conn) >= 0)
-                c->hb_outstanding = true;
-}
-
-static void context_hb_start(Context *c) {
-        uint64_t ms = c->cfg->heartbeat_interval / USEC_PER_MSEC ?: 1;
-
-        c->hb_outstanding = false;
-        c->hb_missed = 0;
-        uv_timer_start(&c->hb_timer, hb_timer_cb, ms, ms);
-}
-
-int context_probe(Context *c, uint64_t *ret_answers) {
-        int r;
-
-        if (!c->conn || (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE))
-                return -ESRCH;
-        r = kernel_conn_ping(c->conn);
-        if (r < 0)
-                return r;
-        c->hb_outstanding = true;
-        *ret_answers = c->hb_answers;
-        return 0;
-}
-
-uint64_t context_hb_answers(const Context *c) {
-        return c->hb_answers;
-}
-
 void context_resumed(Context *c) {
         /* The deadlines restart from now: the frozen time was nobody's fault. */
         c->hb_missed = 0;
@@ -499,7 +434,7 @@ static void context_became_ready(Context *c) {
 
 /* ---- Process exit ---- */
 
-static void pid_poll_close_cb(uv_handle_t *h) {
+void context_pid_poll_close_cb(uv_handle_t *h) {
         free(h);
 }
 
@@ -731,7 +666,7 @@ static void context_handle_exit(Context *c) {
         context_remove_sockets(c);
         context_remove_kernel_file(c);
 
-        uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
+        uv_close((uv_handle_t *) c->pid_poll, context_pid_poll_close_cb);
         c->pid_poll = NULL;
         close(c->pidfd);
         c->pidfd = -1;
@@ -927,204 +862,6 @@ void context_restart(Context *c) {
                         context_begin_stop(c);
         } else
                 context_start(c);
-}
-
-/* ---- Lifetime ---- */
-
-int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret, char **ret_warning) {
-        Context *c = calloc(1, sizeof *c);
-        int r;
-
-        if (!c || !(c->name = strdup(cfg->name))) {
-                free(c);
-                return -ENOMEM;
-        }
-        c->host = host;
-        c->cfg = context_config_dup(cfg);
-        if (!c->cfg) {
-                free(c->name);
-                free(c);
-                return -ENOMEM;
-        }
-        c->pidfd = -1;
-        c->limits = (Limits){ .oom_fd = -1, .oom_efd = -1 };
-        c->release = (SpawnPending){ .gofd = -1, .errfd = -1 };
-        c->state = CONTEXT_STOPPED;
-
-        r = context_state_load(host->state_dirfd, c->name, &c->st);
-        c->conn_saved = r >= 0;
-        if (r == -EBADMSG || r == -EFBIG) {
-                char from[300], to[320];
-                snprintf(from, sizeof from, "contexts/%s.json", c->name);
-                snprintf(to, sizeof to, "contexts/%s.json.corrupt", c->name);
-                (void) renameat(host->state_dirfd, from, host->state_dirfd, to);
-                if (asprintf(ret_warning, "%s/%s was corrupt; moved to %s and started afresh (new ports and key)",
-                             host->state_dir, from, to) < 0)
-                        *ret_warning = NULL;
-                c->st = (ContextState){ 0 };
-        } else if (r < 0 && r != -ENOENT) {
-                context_config_free(c->cfg);
-                free(c->name);
-                free(c);
-                return r;
-        }
-        /* Where the recorded kernel listens, for adoption; a launch sets it again for the configured transport. */
-        (void) connection_info_set_address(&c->st.conn, host->runtime_dir, c->name);
-
-        r = exec_queue_new(host->loop, &exec_hooks, c, &c->exec);
-        if (r < 0) {
-                context_state_done(&c->st);
-                context_config_free(c->cfg);
-                free(c->name);
-                free(c);
-                return r;
-        }
-        uv_timer_init(host->loop, &c->timer);
-        uv_timer_init(host->loop, &c->info_timer);
-        uv_timer_init(host->loop, &c->hb_timer);
-        c->timer.data = c->info_timer.data = c->hb_timer.data = c;
-        *ret = c;
-        return 0;
-}
-
-/* Ends a process we will not adopt but must not leave running on the context's ports. */
-static void end_process(pid_t pid, int pidfd) {
-        if (getpgid(pid) == pid)
-                (void) kill(-pid, SIGKILL);
-        else
-                (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
-        /* A pidfd turns readable when the process has exited. */
-        (void) poll(&(struct pollfd){ .fd = pidfd, .events = POLLIN }, 1, 5000);
-}
-
-int context_adopt(Context *c, char **ret_reason) {
-        _cleanup_free_ char *err = NULL, *reason = NULL;
-        _cleanup_close_ int fd = -1;
-        pid_t pid = c->st.pid;
-        uint64_t start;
-        int r;
-
-        if (pid <= 0)
-                return 0;
-        c->st.pid = 0;
-        /* Another boot: that process died with it (a cold boot). */
-        if (!streq(c->st.boot_id, c->host->boot_id))
-                return 0;
-        if (proc_pid_starttime(pid, &start) < 0)
-                return 0;
-        /* A pid of this boot whose start time differs is another process now: never touch it. */
-        if (start != c->st.pid_starttime) {
-                if (asprintf(ret_reason, "pid %d is another process now (start time differs); not adopted",
-                             (int) pid) < 0)
-                        *ret_reason = NULL;
-                return 0;
-        }
-        fd = pidfd_open(pid, 0);
-        if (fd < 0)
-                return 0;
-        /* Our kernels lead their own process group, and we must know their ports and key. */
-        if (getpgid(pid) != pid || !c->st.has_conn) {
-                end_process(pid, fd);
-                if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
-                             !c->st.has_conn ? "its ports and key are not in the state"
-                                             : "it no longer leads its process group") < 0)
-                        *ret_reason = NULL;
-                return -EPERM;
-        }
-        /* Like a reload, a transport changed while no daemon ran restarts the kernel: kept, a kernel on tcp
-         * would stay open to every local user although the configuration now says ipc. */
-        if (c->st.conn.transport != c->cfg->transport) {
-                end_process(pid, fd);
-                if (asprintf(ret_reason,
-                             "ended kernel %s (pid %d): it listens on %s, the configuration says transport = %s",
-                             c->st.kernel_id, (int) pid, transport_to_string(c->st.conn.transport),
-                             transport_to_string(c->cfg->transport)) < 0)
-                        *ret_reason = NULL;
-                return -EPERM;
-        }
-        r = spawn_user_resolve(c->cfg->user, c->cfg->group, &c->user, &err);
-        if (r < 0) {
-                end_process(pid, fd);
-                if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
-                             err ?: "cannot resolve its user") < 0)
-                        *ret_reason = NULL;
-                return r;
-        }
-        c->user_resolved = true;
-
-        c->pid_poll = malloc(sizeof(uv_poll_t));
-        if (!c->pid_poll || uv_poll_init(c->host->loop, c->pid_poll, fd) < 0) {
-                free(c->pid_poll);
-                c->pid_poll = NULL;
-                end_process(pid, fd);
-                return -ENOMEM;
-        }
-        c->pid = pid;
-        c->st.pid = pid;
-        c->pidfd = TAKE_FD(fd);
-        c->pid_poll->data = c;
-        uv_poll_start(c->pid_poll, UV_READABLE, context_pid_poll_cb);
-        c->want_running = true;
-        c->adopting = true;
-        context_readiness_reset(c);
-        resources_release(&c->limits);
-        resources_inspect(c->cfg, pid, &c->limits);
-        /* The client's file may be gone (a RuntimeDirectory without Preserve): it says the same again. */
-        r = connection_file_publish(c->cfg->connection_file, &c->st.conn, &c->user, c->cfg->connection_file_published,
-                                    &reason);
-        if (r < 0)
-                log_warning("%s: failed to rewrite %s: %s", c->name, c->cfg->connection_file, reason ?: strerror(-r));
-        context_save(c);
-        log_info("%s: adopting kernel %s (pid %d, incarnation %llu) left by an earlier kernelsupd", c->name,
-                 c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
-        context_set_state(c, CONTEXT_STARTING);
-        c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
-                            &c->conn);
-        if (r < 0) {
-                c->pending_error = strdup("cannot connect to the adopted kernel's ports");
-                (void) kill(-pid, SIGKILL);
-                return 1;
-        }
-        context_send_kernel_info(c);
-        uv_timer_start(&c->info_timer, context_info_timer_cb, KERNEL_INFO_RESEND_MSEC, KERNEL_INFO_RESEND_MSEC);
-        uv_timer_start(&c->timer, context_deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
-        return 1;
-}
-
-static void context_timer_close_cb(uv_handle_t *h) {
-        Context *c = h->data;
-
-        if (--c->n_open_handles > 0)
-                return;
-        context_state_done(&c->st);
-        spawn_user_done(&c->user);
-        resources_release(&c->limits);
-        free(c->cold_why);
-        spawn_pending_drop(&c->release);
-        context_config_free(c->cfg);
-        free(c->pending_error);
-        free(c->save_error);
-        free(c->name);
-        free(c);
-}
-
-void context_free(Context *c) {
-        if (!c)
-                return;
-        resources_end_group_cancel(c->leftovers);
-        c->leftovers = NULL;
-        exec_queue_free(c->exec);
-        if (c->conn)
-                kernel_conn_close(c->conn);
-        if (c->pid_poll)
-                uv_close((uv_handle_t *) c->pid_poll, pid_poll_close_cb);
-        if (c->pidfd >= 0)
-                close(c->pidfd);
-        c->n_open_handles = 3;
-        uv_close((uv_handle_t *) &c->timer, context_timer_close_cb);
-        uv_close((uv_handle_t *) &c->info_timer, context_timer_close_cb);
-        uv_close((uv_handle_t *) &c->hb_timer, context_timer_close_cb);
 }
 
 /* ---- Status ---- */

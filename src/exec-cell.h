@@ -1,6 +1,7 @@
-/* Inside the cell queue: a cell and the shaping of its outputs, shared by
- * exec.c (the queue) and exec-output.c (nbformat outputs, the limit, display
- * updates, clear_output). Not for use outside those two files. */
+/* Inside the cell queue: the queue, a cell and the shaping of its outputs,
+ * shared by exec.c (the queue), exec-activity.c (what the kernel is busy
+ * with, busy/idle) and exec-output.c (nbformat outputs, the limit, display
+ * updates, clear_output). Not for use outside those three files. */
 #pragma once
 
 #include "exec.h"
@@ -10,6 +11,86 @@
  * objects holding it), counted against output_limit: a million empty
  * displays must not be a million objects in memory. */
 #define OUTPUT_COST 1024
+
+/* How many of our own latest request ids the queue remembers, to tell our
+ * requests from other clients' in iopub status messages. */
+#define OWN_IDS 8
+
+struct ExecQueue {
+        uv_loop_t *loop;
+        ExecHooks hooks;
+        void *userdata;
+
+        KernelConn *conn; /* NULL when detached */
+        char *kernel_id;
+
+        ExecCell *head, *tail; /* waiting, in arrival order */
+        size_t n_pending;
+
+        /* The execute_request on the kernel. cell is NULL once the cell was
+         * answered (abandoned after its timeout) or cancelled: the slot stays
+         * taken until the kernel is done with it, so that two cells never run
+         * at once. */
+        struct {
+                char msg_id[37]; /* "" when the slot is free */
+                ExecCell *cell;
+                bool got_reply, got_idle;
+                bool auto_interrupted; /* by timeout or cancel: at most once */
+                bool in_grace;         /* timed out, interrupted, waiting for the reply */
+                /* iopub showed its execute_input or an output, or its reply came:
+                 * the kernel runs (or ran) it, so only now may it be interrupted. */
+                bool started;
+                /* Answered EXEC_NOT_STARTED (or cancelled) before it started and
+                 * withdrawn with an abort_request: should it start all the same,
+                 * it is interrupted at once. */
+                bool withdrawn;
+                /* A kernel_info_request sent behind the request: its reply
+                 * says the kernel has left the request ("" when none). */
+                char probe_id[37];
+                bool probe_replied, probe_idle;
+                /* iopub was dropped (bound of the connection): the marker goes
+                 * in when the kernel is heard from again, so that a kernel that
+                 * died (which drops every connection) gets none. 0: none. */
+                size_t drop_pending;
+                /* An iopub message came (any parent) since the settle timer started. */
+                bool iopub_moved;
+        } run;
+
+        ExecCell *died; /* was running when the kernel died; answered at the next attach */
+        char *died_why;
+
+        bool iopub_ready;
+        char hs_msg_id[37];
+
+        /* What the kernel is busy with, from iopub status messages of every
+         * client: the shell request between its busy and its idle ("" when
+         * idle). Requests only a control channel takes are left out: they do
+         * not hold the shell, and their idle says nothing about it. */
+        struct {
+                char *msg_id;      /* another client's ids may be long; NULL when idle */
+                char msg_type[32]; /* of that request: only execute_request is a cell */
+                bool ours;
+                unsigned seq; /* +1 at each busy */
+                /* A kernel_info_request sent behind another client's request
+                 * that our cells wait for: its reply says the kernel left
+                 * that request (seq gate_seq), should its idle be lost. */
+                char gate_id[37];
+                unsigned gate_seq;
+        } kernel;
+        char own_ids[OWN_IDS][37]; /* our latest requests, a ring */
+        unsigned n_own;
+
+        uv_timer_t timer;      /* the running cell's timeout, then its interrupt grace */
+        uv_timer_t hs_timer;   /* the iopub handshake's resend */
+        uv_timer_t settle;     /* a lone reply or idle, then the probe's idle (EXEC_SETTLE_USEC) */
+        uv_timer_t wait_timer; /* the earliest deadline of a queued cell */
+        unsigned n_open_handles;
+
+        bool busy;
+        long long execution_count;
+        usec_t last_activity;
+        ExecCounters counters;
+};
 
 struct ExecCell {
         ExecQueue *q;
@@ -43,6 +124,24 @@ struct ExecCell {
         unsigned aborted_retries;
 };
 
+/* exec.c */
+/* Sends a request of ours on the kernel (remembered in own_ids); ret_msg_id (may be NULL) gets its id. */
+int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
+/* The execute_request slot is taken (a cell of ours is on the kernel, or was and the kernel is not done). */
+bool run_taken(const ExecQueue *q);
+
+/* exec-activity.c */
+void kernel_clear(ExecQueue *q);
+void kernel_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg);
+void kernel_on_reply(ExecQueue *q, const char *parent);
+/* The kernel is on another client's shell request. */
+bool kernel_busy_other(const ExecQueue *q);
+void kernel_gate(ExecQueue *q);
+/* The kernel runs an execute_request, ours or another client's. */
+bool kernel_runs_cell(const ExecQueue *q);
+void queue_update_busy(ExecQueue *q);
+
+/* exec-output.c */
 void cell_free(ExecCell *cell);
 int cell_flush_stream(ExecCell *cell);
 void cell_note(ExecCell *cell, const char *text);

@@ -17,86 +17,6 @@
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
 #define ABORTED_RETRIES 3
-/* How many of our own latest request ids the queue remembers, to tell our
- * requests from other clients' in iopub status messages. */
-#define OWN_IDS 8
-
-struct ExecQueue {
-        uv_loop_t *loop;
-        ExecHooks hooks;
-        void *userdata;
-
-        KernelConn *conn; /* NULL when detached */
-        char *kernel_id;
-
-        ExecCell *head, *tail; /* waiting, in arrival order */
-        size_t n_pending;
-
-        /* The execute_request on the kernel. cell is NULL once the cell was
-         * answered (abandoned after its timeout) or cancelled: the slot stays
-         * taken until the kernel is done with it, so that two cells never run
-         * at once. */
-        struct {
-                char msg_id[37]; /* "" when the slot is free */
-                ExecCell *cell;
-                bool got_reply, got_idle;
-                bool auto_interrupted; /* by timeout or cancel: at most once */
-                bool in_grace;         /* timed out, interrupted, waiting for the reply */
-                /* iopub showed its execute_input or an output, or its reply came:
-                 * the kernel runs (or ran) it, so only now may it be interrupted. */
-                bool started;
-                /* Answered EXEC_NOT_STARTED (or cancelled) before it started and
-                 * withdrawn with an abort_request: should it start all the same,
-                 * it is interrupted at once. */
-                bool withdrawn;
-                /* A kernel_info_request sent behind the request: its reply
-                 * says the kernel has left the request ("" when none). */
-                char probe_id[37];
-                bool probe_replied, probe_idle;
-                /* iopub was dropped (bound of the connection): the marker goes
-                 * in when the kernel is heard from again, so that a kernel that
-                 * died (which drops every connection) gets none. 0: none. */
-                size_t drop_pending;
-                /* An iopub message came (any parent) since the settle timer started. */
-                bool iopub_moved;
-        } run;
-
-        ExecCell *died; /* was running when the kernel died; answered at the next attach */
-        char *died_why;
-
-        bool iopub_ready;
-        char hs_msg_id[37];
-
-        /* What the kernel is busy with, from iopub status messages of every
-         * client: the shell request between its busy and its idle ("" when
-         * idle). Requests only a control channel takes are left out: they do
-         * not hold the shell, and their idle says nothing about it. */
-        struct {
-                char *msg_id;      /* another client's ids may be long; NULL when idle */
-                char msg_type[32]; /* of that request: only execute_request is a cell */
-                bool ours;
-                unsigned seq; /* +1 at each busy */
-                /* A kernel_info_request sent behind another client's request
-                 * that our cells wait for: its reply says the kernel left
-                 * that request (seq gate_seq), should its idle be lost. */
-                char gate_id[37];
-                unsigned gate_seq;
-        } kernel;
-        char own_ids[OWN_IDS][37]; /* our latest requests, a ring */
-        unsigned n_own;
-
-        uv_timer_t timer;      /* the running cell's timeout, then its interrupt grace */
-        uv_timer_t hs_timer;   /* the iopub handshake's resend */
-        uv_timer_t settle;     /* a lone reply or idle, then the probe's idle (EXEC_SETTLE_USEC) */
-        uv_timer_t wait_timer; /* the earliest deadline of a queued cell */
-        unsigned n_open_handles;
-
-        bool busy;
-        long long execution_count;
-        usec_t last_activity;
-        ExecCounters counters;
-};
-
 const double exec_duration_bounds[EXEC_DURATION_BUCKETS] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                              2.5,  5,     10,   30,  60,   300 };
 
@@ -209,13 +129,13 @@ static void run_clear(ExecQueue *q) {
         (void) uv_timer_stop(&q->settle);
 }
 
-static bool run_taken(const ExecQueue *q) {
+bool run_taken(const ExecQueue *q) {
         return q->run.msg_id[0] != '\0';
 }
 
 /* Every request of ours goes out here, and its id is remembered: iopub
  * status messages are told apart by it. */
-static int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
         char id[37];
         int r;
 
@@ -291,18 +211,6 @@ static void settle_cb(uv_timer_t *t) {
                 run_probe(q);
 }
 
-/* Tells the context when the kernel starts or stops running a cell, ours
- * or another client's (exec_queue_busy). */
-static void queue_update_busy(ExecQueue *q) {
-        bool busy = q->conn && exec_queue_busy(q);
-
-        if (busy == q->busy)
-                return;
-        q->busy = busy;
-        if (q->hooks.busy)
-                q->hooks.busy(q->userdata, busy);
-}
-
 static void auto_interrupt(ExecQueue *q) {
         if (q->run.auto_interrupted)
                 return;
@@ -338,10 +246,6 @@ static void run_mark_started(ExecQueue *q) {
         q->run.started = true;
         if (q->run.withdrawn)
                 auto_interrupt(q); /* ours, and its caller was told it would not run */
-}
-
-static bool kernel_busy_other(const ExecQueue *q) {
-        return q->kernel.msg_id && !q->kernel.ours;
 }
 
 /* A cell answered EXEC_NOT_STARTED: it never ran, nothing was interrupted. */
@@ -423,21 +327,6 @@ static int queue_start(ExecQueue *q, ExecCell *cell) {
         return 0;
 }
 
-/* Our cells wait for another client's request: ask the kernel, behind it on
- * shell (handled in order), to say when it has left it, should its idle be
- * lost (a dropped iopub, a request a kernel ends without one). Once per
- * such request. */
-static void kernel_gate(ExecQueue *q) {
-        char id[37];
-
-        if (q->kernel.gate_id[0] && q->kernel.gate_seq == q->kernel.seq)
-                return;
-        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), id) < 0)
-                return;
-        memcpy(q->kernel.gate_id, id, sizeof id);
-        q->kernel.gate_seq = q->kernel.seq;
-}
-
 /* Our next cell waits for another client's request alone: gate it. */
 static void queue_gate(ExecQueue *q) {
         if (q->head && q->conn && q->iopub_ready && !run_taken(q) && !q->died && kernel_busy_other(q))
@@ -499,97 +388,6 @@ static void run_finish(ExecQueue *q) {
                 answer(cell, status, q->kernel_id, message);
         }
         queue_advance(q);
-}
-
-/* ---- What the kernel is busy with ---- */
-
-static void kernel_clear(ExecQueue *q) {
-        free(q->kernel.msg_id);
-        q->kernel.msg_id = NULL;
-        q->kernel.msg_type[0] = '\0';
-        q->kernel.ours = false;
-}
-
-/* A request of ours the queue still waits on. */
-static bool id_is_live(const ExecQueue *q, const char *id) {
-        return *id && (streq(id, q->run.msg_id) || streq(id, q->run.probe_id) || streq(id, q->hs_msg_id) ||
-                       streq(id, q->kernel.gate_id));
-}
-
-static bool id_is_own(const ExecQueue *q, const char *id) {
-        if (id_is_live(q, id))
-                return true;
-        for (size_t i = 0; i < OWN_IDS; i++)
-                if (streq(id, q->own_ids[i]))
-                        return true;
-        return false;
-}
-
-/* Requests a kernel takes on control only: they run beside the shell (so
- * they hold nothing up), and their idle says nothing about the shell's
- * request. */
-static bool type_is_control(const char *type) {
-        static const char *const types[] = { "interrupt_request", "shutdown_request", "debug_request",
-                                             "abort_request",     "clear_request",    "usage_request" };
-
-        for (size_t i = 0; i < ELEMENTSOF(types); i++)
-                if (streq(type, types[i]))
-                        return true;
-        return false;
-}
-
-/* An iopub message of any client: status busy/idle says which request the
- * kernel is on, execute_input the kernel's execution count. */
-static void kernel_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg) {
-        const char *parent = jupyter_msg_parent_id(msg);
-        const char *state = json_string_value(json_object_get(msg->content, "execution_state")) ?: "";
-        const char *ptype = json_string_value(json_object_get(msg->parent_header, "msg_type")) ?: "";
-        char *id;
-
-        if (streq(type, "execute_input")) {
-                json_t *count = json_object_get(msg->content, "execution_count");
-
-                if (json_is_integer(count))
-                        q->execution_count = json_integer_value(count);
-                return;
-        }
-        if (!streq(type, "status"))
-                return;
-        if (streq(state, "idle") && q->kernel.msg_id && streq(parent, q->kernel.msg_id)) {
-                kernel_clear(q);
-                return;
-        }
-        if (!streq(state, "busy") || !*parent || type_is_control(ptype))
-                return;
-        /* A late busy of a request of ours already answered (iopub lags shell; an
-         * execute_request ipykernel aborts unrun gets no idle after it). */
-        if (id_is_own(q, parent) && !id_is_live(q, parent))
-                return;
-        id = strdup(parent);
-        if (!id)
-                return; /* as if lost: the gate's round trip or a deadline gets the queue out */
-        free(q->kernel.msg_id);
-        q->kernel.msg_id = id;
-        snprintf(q->kernel.msg_type, sizeof q->kernel.msg_type, "%s", ptype);
-        q->kernel.ours = id_is_own(q, parent);
-        q->kernel.seq++;
-        /* Another client's cell: a round trip behind it says when it is over,
-         * should its idle never come (a dropped iopub, a request ipykernel
-         * aborts unrun), so that status never stays busy for an idle kernel. */
-        if (!q->kernel.ours && streq(ptype, "execute_request"))
-                kernel_gate(q);
-}
-
-/* The reply to a request: the kernel has left it (a request ipykernel
- * answers "aborted" on its own gets no idle at all). */
-static void kernel_on_reply(ExecQueue *q, const char *parent) {
-        if (q->kernel.gate_id[0] && streq(parent, q->kernel.gate_id)) {
-                q->kernel.gate_id[0] = '\0';
-                /* Shell requests are served in order: the request our cells waited for is over. */
-                if (kernel_busy_other(q) && q->kernel.seq == q->kernel.gate_seq)
-                        kernel_clear(q);
-        } else if (q->kernel.msg_id && streq(parent, q->kernel.msg_id))
-                kernel_clear(q);
 }
 
 /* ---- Kernel attach/detach ---- */
@@ -1050,10 +848,6 @@ void exec_cell_cancel(ExecCell *cell) {
         cell_free(cell);
 }
 
-static bool kernel_runs_cell(const ExecQueue *q) {
-        return q->kernel.msg_id && streq(q->kernel.msg_type, "execute_request");
-}
-
 bool exec_queue_interrupt(ExecQueue *q) {
         bool other;
 
@@ -1070,18 +864,6 @@ bool exec_queue_interrupt(ExecQueue *q) {
         if (!other)
                 run_probe(q);
         return true;
-}
-
-bool exec_queue_busy(const ExecQueue *q) {
-        return q && (run_taken(q) || kernel_runs_cell(q));
-}
-
-const char *exec_queue_running(const ExecQueue *q) {
-        if (!q || !q->conn)
-                return NULL;
-        if (kernel_runs_cell(q))
-                return q->kernel.ours ? "ours" : "other";
-        return run_taken(q) ? "ours" : NULL;
 }
 
 size_t exec_queue_pending(const ExecQueue *q) {

@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "kernelctl-render.h"
+#include "kernelctl.h"
 #include "macro.h"
 #include "protocol.h"
 #include "reply.h"
@@ -21,31 +22,12 @@
 #define DEFAULT_SOCKET RUNSTATEDIR "/kernelsup/control.sock"
 #define MAX_TIMEOUT_USEC (86400 * USEC_PER_SEC)
 
-#define STATUS_WAIT_USEC (15 * USEC_PER_SEC)
 #define CHECK_TIMEOUT_USEC (10 * USEC_PER_SEC)
 #define WAIT_TIMEOUT_USEC (60 * USEC_PER_SEC)
-/* exec waits this much beyond the cell's timeout: the kernel has 5 s to
- * answer the interrupt, and the outputs take time to arrive. */
-#define EXEC_GRACE_USEC (10 * USEC_PER_SEC)
 #define STOP_WAIT_USEC (60 * USEC_PER_SEC)
 #define START_TIMEOUT_USEC (60 * USEC_PER_SEC)
 /* The daemon answers a reload once it has applied it, before restarted kernels are up. */
 #define RELOAD_WAIT_USEC (60 * USEC_PER_SEC)
-
-typedef struct Options {
-        const char *socket;
-        bool json;
-        bool stream;        /* exec: JSON lines as outputs arrive */
-        bool traceback;     /* exec: whole tracebacks */
-        const char *expect; /* check: the kernel_id saved earlier */
-        usec_t timeout;     /* USEC_INFINITY when not given */
-        bool dry_run;       /* reload: say what would change */
-        bool wait;          /* add: until the new context's kernel is ready */
-        /* add: the new context's settings; env is NULL-terminated. */
-        const char *user, *group, *cwd, *connection_file;
-        char **env;
-        unsigned n_env;
-} Options;
 
 /* What a verb's arguments are: the dispatcher checks context names before the verb runs. */
 typedef enum VerbArgs {
@@ -82,7 +64,7 @@ static json_t *names_json(char **args, unsigned n_args) {
 }
 
 /* Sets params.timeout to a timeout given on the command line. */
-static int set_timeout(json_t *params, usec_t timeout) {
+int set_timeout(json_t *params, usec_t timeout) {
         if (timeout == USEC_INFINITY)
                 return 0;
         return json_object_set_new(params, "timeout", client_seconds_json(timeout)) < 0 ? -ENOMEM : 0;
@@ -200,148 +182,6 @@ static void help(void);
 static int cmd_help(const Options *o, char **args, unsigned n_args) {
         help();
         return EXIT_OK;
-}
-
-/* ---- exec ---- */
-
-typedef struct ExecState {
-        const Options *o;
-        unsigned n_outputs; /* notifications received */
-} ExecState;
-
-static void exec_on_notify(const RpcMessage *m, void *userdata) {
-        ExecState *st = userdata;
-        ReplyOutput out;
-
-        if (!m->method || !streq(m->method, "output") || reply_output_decode(m->params, &out, NULL) < 0)
-                return;
-        st->n_outputs++;
-        if (st->o->stream)
-                render_json_line(out.output);
-        else if (!st->o->json)
-                render_output(out.output, st->o->traceback);
-}
-/* Reads the whole of stdin, up to the largest request the daemon takes. */
-static int read_code(char **ret) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len = 0, alloc = 0;
-
-        for (;;) {
-                ssize_t k;
-
-                if (alloc - len < 4096) {
-                        char *b;
-
-                        if (alloc > PROTOCOL_MAX_LINE)
-                                return client_fail(EXIT_FAILED,
-                                                   "the cell is too large (kernelsupd takes at most %d bytes).",
-                                                   PROTOCOL_MAX_LINE);
-                        b = realloc(buf, alloc * 2 + 65536);
-                        if (!b)
-                                return client_fail(EXIT_FAILED, "out of memory.");
-                        buf = b;
-                        alloc = alloc * 2 + 65536;
-                }
-                k = read(STDIN_FILENO, buf + len, alloc - len - 1);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return client_fail(EXIT_FAILED, "cannot read the cell from standard input: %s.",
-                                           strerror(errno));
-                }
-                if (k == 0)
-                        break;
-                len += (size_t) k;
-        }
-        buf[len] = '\0';
-        if (memchr(buf, '\0', len))
-                return client_fail(EXIT_FAILED, "the cell contains a NUL byte.");
-        *ret = TAKE_PTR(buf);
-        return EXIT_OK;
-}
-
-static int exec_exit_code(const char *status) {
-        if (!status)
-                return EXIT_FAILED;
-        if (streq(status, "ok"))
-                return EXIT_OK;
-        if (streq(status, "error"))
-                return EXIT_CELL_ERROR;
-        if (streq(status, "timeout"))
-                return EXIT_TIMEOUT;
-        if (streq(status, "not_started"))
-                return EXIT_NOT_STARTED;
-        return EXIT_FAILED;
-}
-
-static int cmd_exec(const Options *o, char **args, unsigned n_args) {
-        _cleanup_free_ char *stdin_code = NULL;
-        json_auto_t *params = NULL;
-        _cleanup_close_ int fd = -1;
-        _cleanup_(client_reply_done) ClientReply reply = {};
-        ReplyExecResult res;
-        ReplyProblem problem;
-        ExecState st = { .o = o };
-        const json_t *body;
-        const char *code;
-        bool failed;
-        usec_t wait;
-        int r;
-
-        if (n_args < 2 || streq(args[1], "-")) {
-                r = read_code(&stdin_code);
-                if (r != EXIT_OK)
-                        return r;
-                code = stdin_code;
-        } else
-                code = args[1];
-
-        params = json_pack("{s:s, s:s}", "context", args[0], "code", code);
-        if (!params)
-                /* jansson takes only UTF-8. */
-                return client_fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
-        if (set_timeout(params, o->timeout) < 0)
-                return client_fail(EXIT_FAILED, "out of memory.");
-        /* Without a cell timeout the cell may run for ever, and so may we. */
-        wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
-
-        r = client_connect(o->socket, STATUS_WAIT_USEC, &fd);
-        if (r != EXIT_OK)
-                return r;
-        r = client_transact(fd, "execute", TAKE_PTR(params), wait, exec_on_notify, &st, &reply);
-        if (r != EXIT_OK)
-                return r;
-
-        /* A cell that did not run to its end (the kernel died, the context
-         * stopped) comes as an error whose data is the result. */
-        failed = !reply.result;
-        body = failed ? reply.data : reply.result;
-        if (reply_exec_result_decode(body, &res, &problem) < 0)
-                return failed ? client_report_error(reply.code, reply.message) : client_invalid_reply(&problem);
-
-        if (o->json || o->stream) {
-                json_auto_t *shown = json_deep_copy(body);
-
-                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0))
-                        return client_fail(EXIT_FAILED, "out of memory.");
-                if (o->stream)
-                        render_json_line(shown);
-                else
-                        (void) render_json(shown);
-        } else {
-                const json_t *out;
-                size_t i;
-
-                /* A daemon that streamed nothing: the outputs are in the result. */
-                if (st.n_outputs == 0)
-                        json_array_foreach(res.outputs, i, out) {
-                                render_output(out, o->traceback);
-                        }
-                if (failed)
-                        (void) client_report_error(reply.code, reply.message);
-                render_exec_summary(&res, failed);
-        }
-        return failed ? EXIT_FAILED : exec_exit_code(res.status);
 }
 
 static int cmd_interrupt(const Options *o, char **args, unsigned n_args) {

@@ -1,0 +1,161 @@
+/* kernelctl's exec verb: the cell from the command line or standard input, the outputs as they
+ * arrive (rendered, or JSON lines with --stream), the summary and the exit code of the cell's
+ * status. See kernelctl.h. */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "kernelctl-render.h"
+#include "kernelctl.h"
+#include "macro.h"
+#include "protocol.h"
+#include "reply.h"
+#include "util.h"
+
+/* exec waits this much beyond the cell's timeout: the kernel has 5 s to
+ * answer the interrupt, and the outputs take time to arrive. */
+#define EXEC_GRACE_USEC (10 * USEC_PER_SEC)
+
+typedef struct ExecState {
+        const Options *o;
+        unsigned n_outputs; /* notifications received */
+} ExecState;
+
+static void exec_on_notify(const RpcMessage *m, void *userdata) {
+        ExecState *st = userdata;
+        ReplyOutput out;
+
+        if (!m->method || !streq(m->method, "output") || reply_output_decode(m->params, &out, NULL) < 0)
+                return;
+        st->n_outputs++;
+        if (st->o->stream)
+                render_json_line(out.output);
+        else if (!st->o->json)
+                render_output(out.output, st->o->traceback);
+}
+/* Reads the whole of stdin, up to the largest request the daemon takes. */
+static int read_code(char **ret) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0, alloc = 0;
+
+        for (;;) {
+                ssize_t k;
+
+                if (alloc - len < 4096) {
+                        char *b;
+
+                        if (alloc > PROTOCOL_MAX_LINE)
+                                return client_fail(EXIT_FAILED,
+                                                   "the cell is too large (kernelsupd takes at most %d bytes).",
+                                                   PROTOCOL_MAX_LINE);
+                        b = realloc(buf, alloc * 2 + 65536);
+                        if (!b)
+                                return client_fail(EXIT_FAILED, "out of memory.");
+                        buf = b;
+                        alloc = alloc * 2 + 65536;
+                }
+                k = read(STDIN_FILENO, buf + len, alloc - len - 1);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return client_fail(EXIT_FAILED, "cannot read the cell from standard input: %s.",
+                                           strerror(errno));
+                }
+                if (k == 0)
+                        break;
+                len += (size_t) k;
+        }
+        buf[len] = '\0';
+        if (memchr(buf, '\0', len))
+                return client_fail(EXIT_FAILED, "the cell contains a NUL byte.");
+        *ret = TAKE_PTR(buf);
+        return EXIT_OK;
+}
+
+static int exec_exit_code(const char *status) {
+        if (!status)
+                return EXIT_FAILED;
+        if (streq(status, "ok"))
+                return EXIT_OK;
+        if (streq(status, "error"))
+                return EXIT_CELL_ERROR;
+        if (streq(status, "timeout"))
+                return EXIT_TIMEOUT;
+        if (streq(status, "not_started"))
+                return EXIT_NOT_STARTED;
+        return EXIT_FAILED;
+}
+
+int cmd_exec(const Options *o, char **args, unsigned n_args) {
+        _cleanup_free_ char *stdin_code = NULL;
+        json_auto_t *params = NULL;
+        _cleanup_close_ int fd = -1;
+        _cleanup_(client_reply_done) ClientReply reply = {};
+        ReplyExecResult res;
+        ReplyProblem problem;
+        ExecState st = { .o = o };
+        const json_t *body;
+        const char *code;
+        bool failed;
+        usec_t wait;
+        int r;
+
+        if (n_args < 2 || streq(args[1], "-")) {
+                r = read_code(&stdin_code);
+                if (r != EXIT_OK)
+                        return r;
+                code = stdin_code;
+        } else
+                code = args[1];
+
+        params = json_pack("{s:s, s:s}", "context", args[0], "code", code);
+        if (!params)
+                /* jansson takes only UTF-8. */
+                return client_fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
+        if (set_timeout(params, o->timeout) < 0)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        /* Without a cell timeout the cell may run for ever, and so may we. */
+        wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
+
+        r = client_connect(o->socket, STATUS_WAIT_USEC, &fd);
+        if (r != EXIT_OK)
+                return r;
+        r = client_transact(fd, "execute", TAKE_PTR(params), wait, exec_on_notify, &st, &reply);
+        if (r != EXIT_OK)
+                return r;
+
+        /* A cell that did not run to its end (the kernel died, the context
+         * stopped) comes as an error whose data is the result. */
+        failed = !reply.result;
+        body = failed ? reply.data : reply.result;
+        if (reply_exec_result_decode(body, &res, &problem) < 0)
+                return failed ? client_report_error(reply.code, reply.message) : client_invalid_reply(&problem);
+
+        if (o->json || o->stream) {
+                json_auto_t *shown = json_deep_copy(body);
+
+                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0))
+                        return client_fail(EXIT_FAILED, "out of memory.");
+                if (o->stream)
+                        render_json_line(shown);
+                else
+                        (void) render_json(shown);
+        } else {
+                const json_t *out;
+                size_t i;
+
+                /* A daemon that streamed nothing: the outputs are in the result. */
+                if (st.n_outputs == 0)
+                        json_array_foreach(res.outputs, i, out) {
+                                render_output(out, o->traceback);
+                        }
+                if (failed)
+                        (void) client_report_error(reply.code, reply.message);
+                render_exec_summary(&res, failed);
+        }
+        return failed ? EXIT_FAILED : exec_exit_code(res.status);
+}
