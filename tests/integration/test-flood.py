@@ -352,6 +352,10 @@ def test_slow(tap, d):
     tap.eq(st.get("output_chunking"), "on", "its late answer turns chunking on")
     r = d.ctl("exec", "slow", CHUNK)
     tap.eq(r.stdout, f"{MiB}\n[ok #1]\n", "and the patch is in place, the count untouched")
+    r = d.ctl("exec", "slow", "print('s' * (11 << 20))", timeout=120)
+    tap.eq(r.stderr.rstrip("\n").split("\n")[-1],
+           f"[output truncated: {(11 << 20) + 1 - 10 * MiB} more bytes not kept]",
+           "a late answer: the cells ask for the count from then on (exact, not at least)", r.stderr[-300:])
 
 
 def test_adopted(tap, d):

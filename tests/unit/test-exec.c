@@ -392,6 +392,13 @@ static void test_count(void) {
         run_counted(q, &d, 1, "'1000'", true, false);
         is_str(stext(d.outputs, "stderr"), "", "a display and all the text came, under the limit: nothing said");
 
+        /* A kernel may say anything: the largest count it can give is named, and adds up without wrapping. */
+        run_counted(q, &d, 10, "'9999999999999999999'", false, false);
+        is_str(stext(d.outputs, "stderr"),
+               LIMIT_MARKER LOST("9999999999999999999", "10000") "[output truncated: 9999999999999995903 more bytes "
+                                                                 "not kept]\n",
+               "a count of 19 nines: said as the kernel says, the cut without wrapping");
+
         exec_queue_count_written(q, false);
         ok(!run_counted(q, &d, 1, "'1000'", false, false), "count off again: not asked");
 
