@@ -158,6 +158,7 @@ static void chunking_on_reply(Context *c, const JupyterMsg *msg) {
         if (r <= 0)
                 return chunking_off(c, why ?: "out of memory");
         c->chunking = CHUNKING_ON;
+        exec_queue_count_written(c->exec, true);
         if (c->state == CONTEXT_STARTING)
                 log_debug("%s: output chunking is on for kernel %s (stream messages of at most %zu characters)",
                           c->name, c->st.kernel_id, CHUNKING_CHARS);
@@ -429,6 +430,7 @@ static void context_became_ready(Context *c) {
         context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
         /* Last: a cell that died with the previous kernel is answered now, naming this one. */
+        exec_queue_count_written(c->exec, c->chunking == CHUNKING_ON);
         exec_queue_attach(c->exec, c->conn, c->st.kernel_id);
 }
 

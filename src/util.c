@@ -45,7 +45,8 @@ int parse_duration(const char *s, usec_t *ret) {
                 *ret = USEC_INFINITY;
                 return 0;
         }
-        if (!isdigit((unsigned char) s[0]))
+        /* strtod would read hexadecimal ("0x10") too: not a duration anyone writes. */
+        if (!isdigit((unsigned char) s[0]) || (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
                 return -EINVAL;
         errno = 0;
         v = strtod(s, &end);
@@ -58,6 +59,9 @@ int parse_duration(const char *s, usec_t *ret) {
                 if (r >= 1.8e19)
                         return -ERANGE;
                 *ret = (usec_t) llround(r);
+                /* Never 0 for more than 0 ("1e-9"): a positive duration stays one. */
+                if (*ret == 0 && r > 0)
+                        *ret = 1;
                 return 0;
         }
         return -EINVAL;

@@ -14,7 +14,8 @@
 usec_t now_usec(clockid_t clock);
 
 /* "30", "30s", "500ms", "5min", "2h", "1.5s", "250us". A bare number is seconds.
- * "infinity" gives USEC_INFINITY. -EINVAL on anything else, -ERANGE on overflow. */
+ * "infinity" gives USEC_INFINITY. A value above 0 is at least 1 us (never 0).
+ * -EINVAL on anything else (hexadecimal too), -ERANGE on overflow. */
 int parse_duration(const char *s, usec_t *ret);
 /* Formats a duration for people: "2d 3h", "5min 2s", "850ms". Returns buf. */
 char *format_duration(char *buf, size_t size, usec_t usec);

@@ -196,7 +196,7 @@ static void test_happy(void) {
         new_ctx_dir(false);
         c = load_ok("[context:a]\nheartbeat_interval = 500ms\nheartbeat_misses = 2\n"
                     "unresponsive_restart = 2min\noutput_limit = 64K\n"
-                    "[context:b]\nunresponsive_restart = no\noutput_limit = 1G\n",
+                    "[context:b]\nunresponsive_restart = no\noutput_limit = 1G\nshutdown_grace = 1e-9\n",
                     "liveness and output keys");
         if (c && c->n_contexts == 2) {
                 is_int(c->contexts[0].heartbeat_interval, 500 * USEC_PER_MSEC, "heartbeat_interval 500ms");
@@ -205,6 +205,7 @@ static void test_happy(void) {
                 is_int(c->contexts[0].output_limit, 64 * 1024, "output_limit 64K");
                 is_int(c->contexts[1].unresponsive_restart, 0, "unresponsive_restart = no");
                 is_int(c->contexts[1].output_limit, 1024 * 1024 * 1024, "output_limit 1G");
+                is_int(c->contexts[1].shutdown_grace, 1, "shutdown_grace 1e-9: 1 us, a positive duration stays one");
         }
         config_free(c);
 

@@ -191,6 +191,8 @@ static void test_value_errors(void) {
                 { "context:a", "start_timeout = infinity", "must be finite" },
                 { "context:a", "stop_timeout = 0s", "must be greater than 0" },
                 { "context:a", "stop_timeout = -1s", "expected a duration such as 500ms, 30s or 5min" },
+                { "context:a", "stop_timeout = 0x10", "expected a duration such as 500ms, 30s or 5min" },
+                { "context:a", "stop_timeout = 0X1p4s", "expected a duration such as 500ms, 30s or 5min" },
                 { "context:a", "start_limit_burst = 0", "expected a number from 1 to 1000" },
                 { "context:a", "start_limit_burst = 1001", "expected a number from 1 to 1000" },
                 { "context:a", "start_limit_burst = five", "expected a number from 1 to 1000" },
