@@ -960,14 +960,7 @@ int supervisor_run(Supervisor *s) {
         /* Kernels an earlier daemon left running keep their variables: adopt them. */
         for (size_t i = 0; i < s->n_contexts; i++) {
                 Context *c = s->contexts[i];
-                _cleanup_free_ char *reason = NULL;
-                int r = context_adopt(c, &reason);
-                if (reason)
-                        log_event(r < 0 ? LOG_WARNING : LOG_NOTICE,
-                                  &(LogEvent){ .message_id = LOG_ID_KERNEL_NOT_ADOPTED,
-                                               .context = context_name(c),
-                                               .reason = reason },
-                                  "%s: %s", context_name(c), reason);
+                int r = context_adopt(c);
                 if (r <= 0 && context_autostart(c))
                         context_start(c);
         }
