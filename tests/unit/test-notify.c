@@ -1,7 +1,8 @@
 /* notify_restart_job(): whether systemd runs a restart job for a unit, asked with ListJobs. A fake systemd
- * (an sd-bus server in a child, on a socket of the test's own) answers with a restart job, a start job, or
- * an error; a socket that never answers and a missing one show that the SIGTERM path cannot hang: the
- * answer is an error within the timeout (connection and authentication included). */
+ * (an sd-bus server in a child, on a socket of the test's own) answers with a restart job, a start job, an
+ * error, or a reply of another signature; a socket that never answers and a missing one show that the
+ * SIGTERM path cannot hang: the answer is an error within the timeout (connection and authentication
+ * included). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@ static int on_call(sd_bus_message *m, void *userdata, sd_bus_error *error) {
                 return 0;
         if (streq(type, "error"))
                 return sd_bus_reply_method_errorf(m, "org.freedesktop.DBus.Error.AccessDenied", "not for you");
+        if (streq(type, "garbage"))
+                return sd_bus_reply_method_return(m, "s", "restart");
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_append(reply, "a(usssoo)", 2, 1, "other.service", "restart", "running",
@@ -115,6 +118,8 @@ int main(void) {
         is_int(ask_fake(dir, "start"), 0, "only a start job of the unit (another unit restarts): 0");
         r = ask_fake(dir, "error");
         ok(r < 0, "systemd answers with an error: an error (%d)", r);
+        r = ask_fake(dir, "garbage");
+        ok(r < 0, "an answer of another signature: an error (%d)", r);
 
         /* Listening, never accepting: the connection completes in the backlog and nobody authenticates us. */
         snprintf(path, sizeof path, "%s/silent", dir);
