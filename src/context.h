@@ -73,9 +73,10 @@ int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret
  * touched), leading its own process group, its ports and key known. It is
  * watched through a pidfd and checked with kernel_info; it keeps its
  * kernel_id and incarnation. Returns 1 when adopting, 0 when there was
- * nothing to adopt (*ret_reason may say why), and -errno when a process had
- * to be ended instead (*ret_reason says why). */
-int context_adopt(Context *c, char **ret_reason);
+ * nothing to adopt, and -errno when a process had to be ended instead; a
+ * recorded kernel not adopted is logged (the not-adopted event, with a
+ * one-word reason). */
+int context_adopt(Context *c);
 
 /* A live probe: sends a heartbeat ping now. The kernel answered it once
  * context_hb_answers() exceeds *ret_answers. -ESRCH when not running. */

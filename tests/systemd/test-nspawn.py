@@ -9,7 +9,8 @@ overlay of this machine's root, with this build installed into the overlay by
  4. kill -9 of kernelsupd: systemd restarts it, it adopts the kernel (same kernel_id,
     variables intact);
  5. SIGSTOP of kernelsupd: the watchdog restarts it, the kernel is adopted again;
- 6. systemctl reload applies a new file in contexts.d;
+ 6. systemctl reload applies a new file in contexts.d; systemctl restart keeps the kernel
+    (the new daemon adopts it); limits through a transient scope;
  7. systemctl reboot, then a second boot: a new boot_id, generation + 1, a new kernel,
     `check --expect K` exits 8 for the kernel current right before the reboot, and the
     variable set in it is gone;
@@ -646,12 +647,15 @@ def test(tap):
         c.sh("systemctl", "daemon-reexec", timeout=60)
         wait_until(lambda: c.sh("systemctl", "is-system-running", timeout=10).stdout.strip(), 60,
                    "systemd back after daemon-reexec", check=lambda st: st in ("running", "degraded"))
-        # The service's own mount namespace still has the read-only view: a clean restart gives it the new one
+        # The service's own mount namespace still has the read-only view: a restart gives the daemon the new one
         # (kernelsupd watches OOM kills through cgroup.event_control, which needs the hierarchy writable).
+        before = c.context("default")
         r = c.sh("systemctl", "restart", UNIT, timeout=120)
         s.eq(r.returncode, 0, f"systemctl restart {UNIT} exits 0", out(r))
-        wait_until(lambda: c.context("default"), 60, "default ready after the restart",
-                   check=lambda x: x.get("state") == "ready")
+        after = wait_until(lambda: c.context("default"), 60, "default ready after the restart",
+                           check=lambda x: x.get("state") == "ready")
+        s.eq((after.get("kernel_id"), after.get("pid")), (before.get("kernel_id"), before.get("pid")),
+             "systemctl restart keeps the kernel: the new daemon adopted it (same kernel_id and pid)")
         # Whether this container's systemd itself enforces a scope's limits: where the host does not let it,
         # no daemon can, and the points below say so as skips (test-limits.py covers the daemon's own cgroup).
         probe = c.sh("systemd-run", "--scope", "--quiet", "-p", "MemoryMax=200M", "-p", "TasksMax=256",
@@ -693,7 +697,7 @@ def test(tap):
     # 7. A cold boot is told apart.
     with s.guard("7 reboot"):
         # The kernel current right before the reboot, with a variable in it: the verdict after the cold boot
-        # is about this kernel (K of step 3 was already replaced by step 6b's restart).
+        # is about this kernel.
         pre = c.context("default")
         k["kid"] = pre.get("kernel_id")
         s.ok(pre.get("state") == "ready" and UUID_RE.match(k["kid"] or ""), "default is ready before the reboot",
