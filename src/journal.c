@@ -352,6 +352,11 @@ static void journal_mark_incomplete(Journal *j) {
                 (void) fsync(j->dirfd);
 }
 
+void journal_set_incomplete(Journal *j) {
+        if (!j->incomplete)
+                journal_mark_incomplete(j);
+}
+
 int journal_append(Journal *j, const JournalEntry *e) {
         size_t client_len = e->client ? strnlen(e->client, JOURNAL_CLIENT_MAX) : 0;
         size_t len = CELL_HEAD + client_len + e->code_len;

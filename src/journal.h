@@ -86,6 +86,9 @@ static inline void journal_freep(Journal **j) {
  * missing. -ESTALE when the journal is already incomplete (nothing is written). */
 int journal_append(Journal *j, const JournalEntry *e);
 
+/* Marks the journal incomplete (the daemon lost messages it would have journaled): as when a cell does not fit. */
+void journal_set_incomplete(Journal *j);
+
 /* Reads cell i (0-based, in append order) into *ret (the caller frees it with journal_entry_done). -ERANGE when i is
  * past the end; -EBADMSG when the frame changed under us since open. */
 int journal_read(Journal *j, size_t i, JournalEntry *ret);

@@ -102,7 +102,9 @@ void replay_stop(Replay *r, ReplayPhase phase, const char *why) {
 }
 
 size_t replay_kept(const Replay *r) {
-        if (r->phase == REPLAY_DONE || r->phase == REPLAY_NONE || r->phase == REPLAY_SKIPPED)
+        if (r->phase == REPLAY_SKIPPED)
+                return 0;
+        if (r->phase == REPLAY_DONE || r->phase == REPLAY_NONE)
                 return r->n_journaled;
         return r->next < r->n_cells ? r->cells[r->next] : r->n_journaled;
 }

@@ -48,8 +48,8 @@ int replay_cell_ended(Replay *r, bool ok, const char *ename, const char *evalue)
 /* Stops a running replay: TIMED_OUT or LOST, with why (copied; may be NULL). */
 void replay_stop(Replay *r, ReplayPhase phase, const char *why);
 
-/* How many of the journal's first cells the rebuilt namespace holds, for journal_rewrite: all after DONE; those
- * before the cell that stopped it otherwise. */
+/* How many of the journal's first cells the rebuilt namespace holds, for journal_rewrite: all after DONE, none
+ * after SKIPPED, those before the cell that stopped it otherwise. */
 size_t replay_kept(const Replay *r);
 /* The cells that ran again. */
 size_t replay_count(const Replay *r);

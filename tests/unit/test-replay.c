@@ -77,6 +77,7 @@ static void test_stop_and_skip(void) {
         is_int(replay_plan(&r, o, 2, true, OLD), 0, "plan an incomplete journal");
         is_int(r.phase, REPLAY_SKIPPED, "skipped: no partial rebuild");
         is_int(replay_count(&r), 0, "nothing replayed");
+        is_int(replay_kept(&r), 0, "and the new namespace holds none of the journal");
         s = replay_describe(&r);
         ok(s && strncmp(s, "nothing replayed: the journal is incomplete", 43) == 0, "status says why");
         free(s);
