@@ -48,7 +48,8 @@ typedef struct Waiter {
         WaitFor want;
         bool probing; /* WAIT_PROBE: a ping is out */
         uint64_t hb_base;
-        json_t *report; /* WAIT_REMOVED: the answer (owned) */
+        char expect[37]; /* WAIT_PROBE: check --expect's kernel_id, "" when none */
+        json_t *report;  /* WAIT_REMOVED: the answer (owned) */
         uv_timer_t timer;
 } Waiter;
 
@@ -109,13 +110,18 @@ static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer
 }
 
 /* check's verdict: c answers, and the daemon that says so. */
-static json_t *check_json(Handlers *h, const Context *c, const ControlPeer *peer) {
+/* check's answer; expect (may be "") is the kernel the caller knew, whose namespace may have been rebuilt. */
+static json_t *check_json(Handlers *h, const Context *c, const ControlPeer *peer, const char *expect) {
         _cleanup_free_ char *degraded = NULL;
-        ReplyCheck r;
+        ReplyCheck r = {};
         json_t *j = NULL;
 
         h->host.status(h->host.userdata, peer, &r.supervisor, &degraded);
         context_reply(c, &r.context);
+        if (expect[0] && context_rebuilt(c, expect, &r.rebuilt.cells)) {
+                r.rebuilt.valid = true;
+                r.rebuilt.kernel_id = expect;
+        }
         return reply_check_encode(&r, &j) < 0 ? NULL : j;
 }
 
@@ -255,7 +261,7 @@ static void waiter_step(Handlers *h, Waiter *w) {
                 else if (!w->probing && context_probe(w->ctx, &w->hb_base) >= 0)
                         w->probing = true;
                 else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
-                        waiter_answer(w, 0, check_json(h, w->ctx, control_request_peer(w->req)), NULL);
+                        waiter_answer(w, 0, check_json(h, w->ctx, control_request_peer(w->req), w->expect), NULL);
                 return;
         case WAIT_ALL: {
                 size_t i;
@@ -448,6 +454,7 @@ static void method_restart(ControlRequest *req, json_t *params, void *userdata) 
         if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
         log_info("%s: restart requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        context_journal_forget(c, "restart requested");
         waiter_add(h, req, c, WAIT_READY, timeout);
         context_restart(c);
 }
@@ -459,6 +466,8 @@ static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
 
         if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
+        /* Asked to go: the next start is empty. */
+        context_journal_forget(c, "stop requested");
         if (context_state(c) == CONTEXT_STOPPED)
                 return control_request_reply(req, context_to_json(c));
         log_info("%s: stop requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
@@ -470,14 +479,20 @@ static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
 static void method_check(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
         Context *c = request_context(h, req, params);
+        json_t *expect = json_object_get(params, "expect");
         usec_t timeout;
         Waiter *w;
 
         if (!c || request_timeout(req, params, 10, &timeout) < 0)
                 return;
+        if (expect && (!json_is_string(expect) || json_string_length(expect) > 36))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "params.expect must be a kernel_id (at most 36 characters)");
         w = waiter_add(h, req, c, WAIT_PROBE, timeout);
-        if (w)
-                waiter_step(h, w);
+        if (!w)
+                return;
+        snprintf(w->expect, sizeof w->expect, "%s", expect ? json_string_value(expect) : "");
+        waiter_step(h, w);
 }
 
 /* wait: every named context (none named: every autostart one the peer sees) ready. */

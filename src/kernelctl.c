@@ -229,8 +229,13 @@ static int print_check_json(const Options *o, const char *verdict, const json_t 
         const json_t *ctx = json_object_get(data, "context"), *sup = json_object_get(data, "supervisor");
         json_auto_t *shown = NULL;
 
-        shown = json_pack("{s:s, s:o, s:O, s:O}", "verdict", verdict, "expected",
-                          o->expect ? json_string(o->expect) : json_null(), "context",
+        const json_t *rebuilt = json_object_get(data, "rebuilt"), *replay = json_object_get(ctx, "replay");
+
+        /* replayed: how many cells rebuilt the namespace; replay: the last replay as status tells it. */
+        shown = json_pack("{s:s, s:o, s:O, s:O, s:O, s:O}", "verdict", verdict, "expected",
+                          o->expect ? json_string(o->expect) : json_null(), "replayed",
+                          json_is_object(rebuilt) ? json_object_get(rebuilt, "cells") : json_null(), "replay",
+                          json_is_object(replay) ? (json_t *) replay : json_null(), "context",
                           json_is_object(ctx) ? (json_t *) ctx : json_null(), "supervisor",
                           json_is_object(sup) ? (json_t *) sup : json_null());
         if (!shown || render_json(shown) != EXIT_OK)
@@ -249,6 +254,9 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
         int r;
 
         params = json_pack("{s:s}", "context", args[0]);
+        /* The daemon says whether that kernel's namespace was rebuilt in the one that answers (restore = replay). */
+        if (params && o->expect && json_object_set_new(params, "expect", json_string(o->expect)) < 0)
+                params = NULL;
         if (!params)
                 return client_fail(EXIT_FAILED, "out of memory.");
         r = client_call_until(o->socket, "check", params, total, &reply);
@@ -260,8 +268,11 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
                         return client_invalid_reply(&problem);
                 if (!check.context.kernel_id)
                         return client_invalid_reply(&(ReplyProblem){ "context.kernel_id: null for a ready context" });
-                verdict = !o->expect ? "ready" : streq(check.context.kernel_id, o->expect) ? "same" : "replaced";
-                r = streq(verdict, "replaced") ? EXIT_REPLACED : EXIT_OK;
+                verdict = !o->expect                                  ? "ready"
+                          : streq(check.context.kernel_id, o->expect) ? "same"
+                          : check.rebuilt.valid                       ? "rebuilt"
+                                                                      : "replaced";
+                r = streq(verdict, "replaced") ? EXIT_REPLACED : streq(verdict, "rebuilt") ? EXIT_REBUILT : EXIT_OK;
         } else if (reply.code == KS_ERR_TIMEOUT) {
                 verdict = "not-ready";
                 r = EXIT_TIMEOUT;
@@ -540,8 +551,9 @@ static void help(void) {
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost), 11 the cell never started (its timeout\n"
-               "passed while it waited; it will not run).\n"
+               "8 kernel replaced (namespace lost), 9 kernel replaced, namespace rebuilt by\n"
+               "replaying its journal (restore = replay), 11 the cell never started (its\n"
+               "timeout passed while it waited; it will not run).\n"
                "See kernelctl(1).\n");
 }
 
