@@ -23,7 +23,10 @@ typedef struct Method {
         MethodFlags flags;
 } Method;
 
-#define N_METHODS 12 /* the rows of methods[] */
+#define N_METHODS 13 /* the rows of methods[] */
+/* history's page: cells per request, by default and at most. */
+#define HISTORY_LIMIT_DEFAULT 100
+#define HISTORY_LIMIT_MAX 1000
 
 struct Handlers {
         HandlersHost host;
@@ -616,6 +619,47 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
         control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
 }
 
+/* params[key]: an integer in [min, max], def when absent; else answered with an error and -EINVAL. */
+static int request_uint(ControlRequest *req, json_t *params, const char *key, long long min, long long max,
+                        long long def, long long *ret) {
+        json_t *v = json_object_get(params, key);
+
+        if (!v) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.%s must be an integer from %lld to %lld",
+                                      key, min, max);
+                return -EINVAL;
+        }
+        *ret = json_integer_value(v);
+        return 0;
+}
+
+/* history: a page of the context's cell journal (restore = replay). */
+static void method_history(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        long long offset, limit;
+        json_t *j = NULL;
+        int r;
+
+        if (!c || request_uint(req, params, "offset", 0, INT64_MAX, 0, &offset) < 0 ||
+            request_uint(req, params, "limit", 1, HISTORY_LIMIT_MAX, HISTORY_LIMIT_DEFAULT, &limit) < 0)
+                return;
+        r = context_history(c, (size_t) offset, (size_t) limit, &j);
+        if (r == -ENODATA)
+                return control_request_error(req, KS_ERR_FAILED, NULL,
+                                             "context %s keeps no cell journal (restore = none)", context_name(c));
+        if (r < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot read the cell journal of %s: %s",
+                                             context_name(c), strerror(-r));
+        /* A page holds up to HISTORY_PAGE_BYTES of code, which JSON may make six times longer. */
+        control_request_allow_queue(req, 6 * HISTORY_PAGE_BYTES + 65536);
+        control_request_reply(req, j);
+}
+
 static void method_interrupt(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
         Context *c = request_context(h, req, params);
@@ -853,6 +897,7 @@ static const Method methods[] = {
         { "add", method_add, METHOD_CONFIGURE },
         { "remove", method_remove, METHOD_CONFIGURE },
         { "metrics", method_metrics, 0 },
+        { "history", method_history, 0 },
 };
 _Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");
 

@@ -302,6 +302,27 @@ void render_exec_summary(const ReplyExecResult *res, bool died) {
                 printf("[%s]\n", st ?: "?");
 }
 
+void render_history(const ReplyHistory *h, bool first) {
+        if (first) {
+                _cleanup_free_ char *name = client_sanitize(h->context, false);
+                _cleanup_free_ char *note = h->note ? client_sanitize(h->note, false) : NULL;
+
+                printf("%s: %lld cell%s journaled%s%s\n", name ?: "?", h->total, h->total == 1 ? "" : "s",
+                       h->complete ? "" : ", incomplete: ", h->complete ? "" : note ?: "a cell is missing");
+        }
+        for (size_t i = 0; i < h->n_cells; i++) {
+                const ReplyCell *c = &h->cells[i];
+                _cleanup_free_ char *client = client_sanitize(c->client, false);
+                /* The code as it was written: its lines kept, control characters shown. */
+                _cleanup_free_ char *code = client_sanitize(c->code, true);
+                char when[64];
+
+                printf("[%lld] %s %s client %s%s\n%s\n", c->index, c->outcome,
+                       format_timestamp(when, sizeof when, c->at), client ?: "?",
+                       c->truncated ? " (code cut to fit a page)" : "", code ?: "?");
+        }
+}
+
 void render_check(const char *name, const ReplyCheck *check, const char *verdict, const char *expect) {
         _cleanup_free_ char *shown = client_sanitize(name, false);
         _cleanup_free_ char *state = client_sanitize(check->context.state, false);

@@ -222,6 +222,53 @@ static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
         return EXIT_OK;
 }
 
+/* Asks for the page of CTX's journal at offset: EXIT_OK with the decoded page in *ret (borrowing from *ret_json). */
+static int history_page(const Options *o, const char *name, long long offset, json_t **ret_json, ReplyHistory *ret) {
+        json_auto_t *params = json_pack("{s:s,s:I}", "context", name, "offset", (json_int_t) offset);
+        ReplyProblem problem;
+        int r;
+
+        if (!params)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        r = client_call(o->socket, "history", TAKE_PTR(params),
+                        o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, ret_json);
+        if (r != EXIT_OK)
+                return r;
+        if (reply_history_decode(*ret_json, ret, &problem) < 0)
+                return client_invalid_reply(&problem);
+        return EXIT_OK;
+}
+
+/* history: the journal page by page, as it is read; with --json one object with every cell. */
+static int cmd_history(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *all = NULL;
+        long long offset = 0;
+        int r;
+
+        do {
+                _cleanup_(reply_history_done) ReplyHistory h = {};
+                json_auto_t *page = NULL;
+
+                r = history_page(o, args[0], offset, &page, &h);
+                if (r != EXIT_OK)
+                        return r;
+                if (o->json && !all)
+                        all = json_deep_copy(page);
+                else if (o->json &&
+                         json_array_extend(json_object_get(all, "cells"), json_object_get(page, "cells")) < 0)
+                        return client_fail(EXIT_FAILED, "out of memory.");
+                if (!o->json)
+                        render_history(&h, offset == 0);
+                offset = h.next;
+        } while (offset >= 0);
+        if (o->json) {
+                if (!all || json_object_set_new(all, "next", json_null()) < 0)
+                        return client_fail(EXIT_FAILED, "out of memory.");
+                return render_json(all);
+        }
+        return EXIT_OK;
+}
+
 /* ---- check and wait ---- */
 
 /* --json of check: the verdict, and what the daemon said of the context and of itself. */
@@ -490,6 +537,8 @@ static const Verb verbs[] = {
           1, 1, ARGS_NEW_CONTEXT, cmd_add },
         { "remove", "CTX", "delete contexts_dir/CTX.ini, stop the context and wait\nuntil its kernel is gone", 1, 1,
           ARGS_NEW_CONTEXT, cmd_remove },
+        { "history", "CTX", "print the cells journaled for the context's kernel\n(restore = replay), oldest first", 1,
+          1, ARGS_CONTEXT, cmd_history },
         { "metrics", "",
           "print the metrics of the daemon and the contexts in\nthe OpenMetrics text format (--timeout as status)", 0,
           0, ARGS_NONE, cmd_metrics },

@@ -130,6 +130,26 @@ static const Field rebuilt_fields[] = {
 static const ReplyType rebuilt_type = TYPE(ReplyRebuilt, rebuilt_fields);
 _Static_assert(offsetof(ReplyRebuilt, valid) == 0, "a nullable struct starts with bool valid");
 
+static const Field cell_fields[] = {
+        INT(ReplyCell, "index", index, 1, INT64_MAX),
+        F(ReplyCell, "at", FIELD_TIME, at),
+        F(ReplyCell, "client", FIELD_STRING, client, .flags = LOSSY),
+        F(ReplyCell, "outcome", FIELD_STRING, outcome),
+        F(ReplyCell, "code", FIELD_STRING, code, .flags = LOSSY),
+        F(ReplyCell, "truncated", FIELD_BOOL, truncated),
+};
+static const ReplyType cell_type = TYPE(ReplyCell, cell_fields);
+
+static const Field history_fields[] = {
+        F(ReplyHistory, "context", FIELD_STRING, context),
+        INT(ReplyHistory, "total", total, 0, INT64_MAX),
+        F(ReplyHistory, "complete", FIELD_BOOL, complete),
+        F(ReplyHistory, "note", FIELD_STRING, note, .flags = NULLABLE | LOSSY),
+        INT(ReplyHistory, "next", next, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
+        LIST(ReplyHistory, "cells", FIELD_ARRAY, cells, n_cells, .sub = &cell_type),
+};
+static const ReplyType history_type = TYPE(ReplyHistory, history_fields);
+
 static const Field context_fields[] = {
         F(ReplyContext, "name", FIELD_STRING, name),
         F(ReplyContext, "state", FIELD_STRING, state),
@@ -708,5 +728,6 @@ REPLY_DEFINE(exec_result, ReplyExecResult)
 REPLY_DEFINE(interrupt, ReplyInterrupt)
 REPLY_DEFINE(metrics, ReplyMetrics)
 REPLY_DEFINE(report, ReplyReport)
+REPLY_DEFINE(history, ReplyHistory)
 REPLY_DEFINE(error, ReplyError)
 REPLY_DEFINE(supervisor, ReplySupervisor)

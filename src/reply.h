@@ -208,6 +208,27 @@ typedef struct ReplyReport {
         size_t n_stopping;
 } ReplyReport;
 
+/* One journaled cell, as history tells it. */
+typedef struct ReplyCell {
+        long long index;     /* 1-based, in the journal */
+        usec_t at;           /* when it was journaled */
+        const char *client;  /* the session of the execute_request (encoded lossily) */
+        const char *outcome; /* "ok", "error" or "aborted" */
+        const char *code;    /* encoded lossily; cut to a page's bound when truncated */
+        bool truncated;
+} ReplyCell;
+
+/* history: a page of a context's journal (restore = replay). */
+typedef struct ReplyHistory {
+        const char *context;
+        long long total;  /* cells in the journal */
+        bool complete;    /* as status's journal.complete */
+        const char *note; /* why it is incomplete or missing; NULL: null */
+        long long next;   /* the offset of the next page; -1: null (this is the last) */
+        ReplyCell *cells;
+        size_t n_cells;
+} ReplyHistory;
+
 /* The "error" member of an error reply. */
 typedef struct ReplyError {
         long long code;      /* RPC_* or KS_ERR_* of protocol.h, within 32 bits */
@@ -229,5 +250,6 @@ REPLY_DECLARE(exec_result, ReplyExecResult);
 REPLY_DECLARE(interrupt, ReplyInterrupt);
 REPLY_DECLARE(metrics, ReplyMetrics);
 REPLY_DECLARE(report, ReplyReport);
+REPLY_DECLARE(history, ReplyHistory);
 REPLY_DECLARE(error, ReplyError);
 REPLY_DECLARE(supervisor, ReplySupervisor);

@@ -60,6 +60,17 @@ def test_kill_and_crash(tap):
     tap.eq(exec_(d, "text = 'x' * 3")[0], 0, "exec: a fourth cell")
     j = d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 4, "four cells journaled")
     tap.ok(j["journal"]["complete"], "the journal is complete", repr(j["journal"]))
+    r = d.ctl("history", "r")
+    tap.eq(r.returncode, 0, "kernelctl history", r.stderr)
+    tap.contains(r.stdout, "r: 4 cells journaled\n[1] ok ", "history: the count, then cell 1 ok")
+    tap.contains(r.stdout, "\nb = a + 1\nb\n[3] error ", "history: the client's cell, then cell 3 an error")
+    rc, h = d.ctl_json("history", "r")
+    cells = (h or {}).get("cells") or []
+    tap.eq([(c.get("index"), c.get("outcome"), c.get("code")) for c in cells],
+           [(1, "ok", "a = 1"), (2, "ok", "b = a + 1\nb"), (3, "error", "c = 99\n1/0"), (4, "ok", "text = 'x' * 3")],
+           "history --json: every cell in order, with its outcome", repr(h))
+    tap.ok(len(cells) == 4 and cells[0]["client"] != cells[1]["client"] and cells[0]["client"] == cells[2]["client"],
+           "history --json: the stock client's cell has its own session", repr([c.get("client") for c in cells]))
 
     c1 = kill_kernel(d, c0, "kill -9 of the kernel")
     rc, out, js = check(d, c0["kernel_id"])
@@ -210,6 +221,45 @@ def test_hostile_journal(tap):
     d.stop()
 
 
+def test_history_pages(tap):
+    d = harness.Daemon(tap, contexts=CTX + "[context:plain]\n")
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    client = harness.KernelClient(c0["connection_file"])
+    try:
+        for i in range(120):
+            client.run(f"n{i} = {i}")
+        # A huge cell: 3 MiB of code, more than a history page holds.
+        r = client.run("h = len('%s')" % ("y" * (3 << 20)), timeout=120)
+        tap.eq(r["status"], "ok", "a 3 MiB cell runs")
+    finally:
+        client.close()
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 121, "121 cells journaled")
+    page = d.rpc("history", {"context": "r"}).get("result") or {}
+    tap.eq((len(page.get("cells") or []), page.get("next"), page.get("total")), (100, 100, 121),
+           "the first page: 100 cells, next at 100", repr({k: v for k, v in page.items() if k != "cells"}))
+    page = d.rpc("history", {"context": "r", "offset": 100, "limit": 1000}).get("result") or {}
+    cells = page.get("cells") or []
+    tap.eq((len(cells), page.get("next")), (21, None), "the last page: 21 cells, no next")
+    tap.ok(cells and cells[-1].get("truncated") is True and len(cells[-1].get("code") or "") <= (1 << 20),
+           "the huge cell is cut to the page's 1 MiB in history", repr(cells[-1].get("code", "")[:40] if cells else None))
+    rc, h = d.ctl_json("history", "r", timeout=60)
+    tap.eq([c.get("index") for c in (h or {}).get("cells") or []], list(range(1, 122)),
+           "kernelctl history --json reads every page: cells 1 to 121")
+    for params, what in (({"context": "r", "limit": 0}, "limit 0"), ({"context": "r", "offset": -1}, "offset -1"),
+                         ({"context": "r", "limit": "all"}, "a limit that is no number"),
+                         ({"context": "r", "limit": 1001}, "limit 1001")):
+        rep = d.rpc("history", params)
+        tap.ok(harness.is_rpc_error(rep, -32602), f"history with {what}: invalid params", repr(rep))
+    rep = d.rpc("history", {"context": "plain"})
+    tap.ok(harness.is_rpc_error(rep) and "keeps no cell journal (restore = none)" in rep["error"]["message"],
+           "history of a context with restore = none says so", repr(rep))
+    tap.eq(d.ctl("history", "nosuch").returncode, 5, "history of no such context: exit 5")
+    tap.eq(kill_and_check(d, c0), 9, "after a kill -9 the 121 cells are replayed: check exits 9")
+    tap.eq(exec_(d, "h, n119"), (0, "(%d, 119)\n[ok #122]\n" % (3 << 20)), "the huge cell ran again in full")
+    d.stop()
+
+
 def kill_and_check(d, before, name="r"):
     os.kill(before["pid"], signal.SIGKILL)
     ready_after(d, before, "kill -9", name)
@@ -248,6 +298,8 @@ def test(tap):
         test_fails_halfway(tap)
     with tap.guard("hostile journals"):
         test_hostile_journal(tap)
+    with tap.guard("history in pages, a huge cell"):
+        test_history_pages(tap)
     with tap.guard("a full disk"):
         test_full_disk(tap)
 
