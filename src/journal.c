@@ -173,10 +173,18 @@ static int offsets_push(Journal *j, uint64_t off) {
         return 0;
 }
 
+/* id: 36 bytes, not necessarily NUL-terminated (a frame's). */
+static bool has_kernel(const Journal *j, const char *id) {
+        for (size_t i = 0; i < j->n_kernels; i++)
+                if (memcmp(j->kernels[i], id, 36) == 0)
+                        return true;
+        return false;
+}
+
 static int kernels_push(Journal *j, const char *id) {
         char(*v)[37];
 
-        if (journal_has_kernel(j, id))
+        if (has_kernel(j, id))
                 return 0;
         v = reallocarray(j->kernels, j->n_kernels + 1, sizeof *v);
         if (!v)
@@ -188,10 +196,7 @@ static int kernels_push(Journal *j, const char *id) {
 }
 
 bool journal_has_kernel(const Journal *j, const char *kernel_id) {
-        for (size_t i = 0; i < j->n_kernels; i++)
-                if (strncmp(j->kernels[i], kernel_id, 37) == 0)
-                        return true;
-        return false;
+        return strnlen(kernel_id, 37) == 36 && has_kernel(j, kernel_id);
 }
 
 static void kernel_frame(uint8_t frame[static KERNEL_FRAME], const char *kernel_id) {

@@ -71,6 +71,8 @@ static void test_roundtrip(void) {
         is_int(j->cut, 0, "nothing cut");
         ok(!j->incomplete, "complete");
         ok(journal_has_kernel(j, K1) && !journal_has_kernel(j, K2), "the kernel is back, and only it");
+        ok(!journal_has_kernel(j, "0f8fad5b") && !journal_has_kernel(j, K1 "0"),
+           "a shorter or longer id is no kernel");
         is_int(journal_read(j, 1, &e), 0, "read cell 1");
         is_str(e.code, "1/0", "its code");
         is_int(e.outcome, CELL_ERROR, "its outcome");
