@@ -152,6 +152,43 @@ def test_fails_halfway(tap):
     d.stop()
 
 
+def test_asked(tap):
+    """Every way of asking a kernel to go starts the next one empty."""
+    d = harness.Daemon(tap, contexts=CTX)
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    exec_(d, "a = 1")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 1, "one cell journaled")
+    client = harness.KernelClient(c0["connection_file"])
+    try:
+        client.kc.shutdown(restart=True)
+    finally:
+        client.close()
+    c1 = ready_after(d, c0, "a client's shutdown_request (a notebook's restart)")
+    tap.eq(check(d, c0["kernel_id"])[0], 8, "after a client's shutdown_request: check exits 8")
+    tap.eq((c1.get("journal") or {}).get("cells"), 0, "and the journal is empty", repr(c1.get("journal")))
+
+    exec_(d, "a = 2")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 1, "one cell journaled again")
+    d.write_config(CTX + "env = KS_TEST_CHANGED=1\n")
+    r = d.ctl("reload")
+    tap.eq(r.returncode, 0, "reload with a changed env", r.stderr)
+    c2 = ready_after(d, c1, "a change of process settings")
+    tap.eq(check(d, c1["kernel_id"])[0], 8, "after a change of process settings: check exits 8")
+    tap.eq(exec_(d, "a")[0], 7, "and the namespace is empty")
+
+    d.write_config("[context:r]\nenv = KS_TEST_CHANGED=1\n")
+    tap.eq(d.ctl("reload").returncode, 0, "reload with restore = none")
+    j = d.wait_context("r", lambda c: "journal" not in c, "status has no journal with restore = none")
+    tap.eq(j.get("kernel_id"), c2["kernel_id"], "restore = none applies without a restart")
+    tap.ok(not os.path.exists(journal_path(d)), "the journal file is removed")
+    d.write_config(CTX + "env = KS_TEST_CHANGED=1\n")
+    tap.eq(d.ctl("reload").returncode, 0, "reload with restore = replay again")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 0, "an empty journal again")
+    tap.eq(kill_and_check(d, c2), 8, "the kernel that ran while restore was none is rebuilt by no replay: 8")
+    d.stop()
+
+
 def flip_last_byte(path):
     with open(path, "r+b") as f:
         f.seek(-1, os.SEEK_END)
@@ -296,6 +333,8 @@ def test(tap):
         test_kill_and_crash(tap)
     with tap.guard("a replay that fails halfway"):
         test_fails_halfway(tap)
+    with tap.guard("asked to go"):
+        test_asked(tap)
     with tap.guard("hostile journals"):
         test_hostile_journal(tap)
     with tap.guard("history in pages, a huge cell"):
