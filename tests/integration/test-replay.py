@@ -149,6 +149,15 @@ def test_fails_halfway(tap):
     tap.eq(exec_(d, "x"), (0, "1\n[ok #3]\n"), "what was rebuilt before it is there")
     tap.eq(exec_(d, "y")[0], 7, "what came after it is not")
     tap.contains(d.ctl("status").stdout, "replay stopped at journal cell 2", "status's table says so")
+
+    # A clean stop of the daemon (as at a reboot) is nobody asking the kernel to go: the next daemon replays.
+    d.stop()
+    d.start()
+    ready_after(d, c1, "a clean restart of the daemon")
+    rc, out, js = check(d, c1["kernel_id"])
+    tap.eq((rc, js.get("replayed")), (9, 2), "after a clean restart of the daemon: exit 9, x = 1 and x replayed",
+           out)
+    tap.eq(exec_(d, "x"), (0, "1\n[ok #3]\n"), "x is back")
     d.stop()
 
 
