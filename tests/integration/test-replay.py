@@ -198,6 +198,42 @@ def test_asked(tap):
     d.stop()
 
 
+def test_timeout_and_death(tap):
+    """A replayed cell that now hangs is interrupted at restore_timeout; one that now kills its kernel goes from
+    the journal, so the next kernel rebuilds what came before it instead of dying too."""
+    timeout = max(2, round(harness.scaled(2)))
+    d = harness.Daemon(tap, contexts=f"[context:slow]\nrestore = replay\nrestore_timeout = {timeout}s\n"
+                                     "[context:dies]\nrestore = replay\n")
+    flag = os.path.join(d.tmp, "flag")
+    with open(flag, "w"):
+        pass
+    d.start()
+    s0, k0 = d.wait_state("slow", "ready"), d.wait_state("dies", "ready")
+    for name, cell in (("slow", f"import os, time\nif not os.path.exists({flag!r}): time.sleep(3600)"),
+                       ("dies", f"import os\nif not os.path.exists({flag!r}): os._exit(3)")):
+        tap.eq(exec_(d, "before = 1", name)[0], 0, f"{name}: a first cell")
+        tap.eq(exec_(d, cell, name)[0], 0, f"{name}: a cell that behaves while the flag file is there")
+        tap.eq(exec_(d, "after = 2", name)[0], 0, f"{name}: a cell after it")
+        d.wait_context(name, lambda c: (c.get("journal") or {}).get("cells") == 3, f"{name}: three cells journaled")
+    os.unlink(flag)
+
+    s1 = kill_kernel(d, s0, "kill -9 of slow", "slow")
+    rp = s1.get("replay") or {}
+    tap.eq((rp.get("phase"), rp.get("failed_cell"), rp.get("replayed")), ("timed-out", 2, 1),
+           "slow: the replay timed out at journal cell 2, one cell replayed", repr(rp))
+    tap.contains(rp.get("error") or "", f"restore_timeout ({timeout}s) passed", "status says restore_timeout passed")
+    tap.eq(check(d, s0["kernel_id"], "slow")[0], 8, "slow: check exits 8")
+    tap.eq(exec_(d, "before", "slow")[0], 0, "slow: the cell before is there, and the kernel takes cells again")
+
+    os.kill(k0["pid"], signal.SIGKILL)
+    ready_after(d, k0, "kill -9 of dies, and the replay that killed its kernel", "dies")
+    tap.eq(check(d, k0["kernel_id"], "dies")[0], 8, "dies: check --expect the first kernel exits 8")
+    tap.eq(exec_(d, "before", "dies")[0:2], (0, "1\n[ok #2]\n"), "dies: the cell before the deadly one is back")
+    tap.eq(exec_(d, "after", "dies")[0], 7, "dies: what came after it is not")
+    tap.contains(d.log(), "dies: replay lost its kernel at journal cell 2", "the log says the replay lost its kernel")
+    d.stop()
+
+
 def flip_last_byte(path):
     with open(path, "r+b") as f:
         f.seek(-1, os.SEEK_END)
@@ -342,6 +378,8 @@ def test(tap):
         test_kill_and_crash(tap)
     with tap.guard("a replay that fails halfway"):
         test_fails_halfway(tap)
+    with tap.guard("a replay that hangs, one that kills its kernel"):
+        test_timeout_and_death(tap)
     with tap.guard("asked to go"):
         test_asked(tap)
     with tap.guard("hostile journals"):
