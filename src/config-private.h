@@ -39,6 +39,7 @@ typedef enum ValueType {
         VALUE_PORTS,
         VALUE_TRANSPORT,
         VALUE_PRELOAD,
+        VALUE_RESTORE,
 } ValueType;
 
 typedef struct ConfigKey {
@@ -82,6 +83,9 @@ enum {
         KEY_SHUTDOWN_GRACE,
         KEY_OUTPUT_CHUNKING,
         KEY_PRELOAD,
+        KEY_RESTORE,
+        KEY_JOURNAL_MAX,
+        KEY_RESTORE_TIMEOUT,
         _KEY_MAX,
 };
 

@@ -71,6 +71,7 @@ int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret
         uv_timer_init(host->loop, &c->info_timer);
         uv_timer_init(host->loop, &c->hb_timer);
         c->timer.data = c->info_timer.data = c->hb_timer.data = c;
+        context_journal_open(c);
         *ret = c;
         return 0;
 }
@@ -207,6 +208,9 @@ static void context_timer_close_cb(uv_handle_t *h) {
         context_config_free(c->cfg);
         free(c->pending_error);
         free(c->save_error);
+        context_journal_close(c);
+        replay_done(&c->replay);
+        free(c->replay_note);
         free(c->name);
         free(c);
 }

@@ -143,6 +143,20 @@ const ContextCounters *context_counters(const Context *c); /* borrowed from c */
 /* Launches after the first since the daemon first saw the context (persisted; status's restarts). */
 unsigned context_restarts(const Context *c);
 
+/* restore = replay (context-replay.c). The kernel is asked to go (a restart, stop or removal asked by a client, a
+ * change of process settings): the next one starts empty, and the journal is emptied (why: for the debug log). A
+ * stop the daemon makes as it exits is not asked by anyone: the next daemon's kernel replays. */
+void context_journal_forget(Context *c, const char *why);
+/* Whether the current kernel's namespace rebuilds that of kernel_id, an earlier kernel lost without being asked
+ * (check --expect), and with how many cells (-1: unknown, the replay was before the daemon started). */
+bool context_rebuilt(const Context *c, const char *kernel_id, long long *ret_cells);
+
+/* A page of the journal as history answers it (ReplyHistory, encoded): up to limit cells from offset (0-based),
+ * fewer when their code passes HISTORY_PAGE_BYTES (a longer cell is cut, truncated). -ENODATA with restore = none,
+ * -ENOMEM, or a read error. */
+#define HISTORY_PAGE_BYTES (1024 * 1024)
+int context_history(Context *c, size_t offset, size_t limit, json_t **ret);
+
 /* The context's status as a reply tells it (reply.h); *ret borrows from c until c changes. */
 void context_reply(const Context *c, ReplyContext *ret);
 /* The same, encoded: a new JSON object, NULL on out of memory. */

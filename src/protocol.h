@@ -37,8 +37,8 @@ enum {
         EXIT_TIMEOUT = 6,
         EXIT_CELL_ERROR = 7,
         EXIT_REPLACED = 8,
-        /* 9: kept for a namespace rebuilt by replaying (doc/design.md); 10: kept for a cell the kernel
-         * aborted without running it (issue 13, kernelspecs). */
+        EXIT_REBUILT = 9, /* check: kernel replaced, its namespace rebuilt by replaying the journal */
+        /* 10: kept for a cell the kernel aborted without running it (issue 13, kernelspecs). */
         EXIT_NOT_STARTED = 11, /* exec: the cell never started (its timeout passed first); it will not run */
 };
 

@@ -373,6 +373,7 @@ static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const
                 /* Stopped, and freed once stopped (retire_cb). */
                 bool stopped = context_state(c) == CONTEXT_STOPPED;
                 log_info("%s: removed from the configuration; stopping", a->name);
+                context_journal_forget(c, "removed");
                 s->retiring[s->n_retiring++] = c;
                 context_stop(c);
                 /* No state change comes from a context stopped already: it is retired now. */
@@ -389,6 +390,7 @@ static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const
                 }
                 if (a->restart) {
                         log_info("%s: settings of its process changed; restarting", a->name);
+                        context_journal_forget(c, "process settings changed");
                         context_restart(c);
                 } else if (a->start)
                         context_start(c);

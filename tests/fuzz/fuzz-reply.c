@@ -59,6 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK_TYPE(exec_result, ReplyExecResult, j);
         CHECK_TYPE(interrupt, ReplyInterrupt, j);
         CHECK_TYPE(report, ReplyReport, j);
+        CHECK_TYPE(history, ReplyHistory, j);
         CHECK_TYPE(error, ReplyError, j);
         json_decref(j);
         return 0;

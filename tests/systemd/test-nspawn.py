@@ -13,7 +13,8 @@ overlay of this machine's root, with this build installed into the overlay by
     (the new daemon adopts it); limits through a transient scope;
  7. systemctl reboot, then a second boot: a new boot_id, generation + 1, a new kernel,
     `check --expect K` exits 8 for the kernel current right before the reboot, and the
-    variable set in it is gone;
+    variable set in it is gone; in the context with restore = replay (added in step 6),
+    `check --expect` exits 9 and its variable is back;
  8. systemctl stop: no kernel process is left in the container.
 Needs root, systemd-nspawn (Debian's systemd-container) and an overlay mount; skipped
 (exit 77) otherwise. Every mount, container and cgroup it makes is removed at the end,
@@ -623,7 +624,7 @@ def test(tap):
 
     # 6. systemctl reload applies a new file in contexts.d.
     with s.guard("6 reload"):
-        c.write(os.path.join(c.contexts_dir, "extra.ini"), "[context:extra]\n")
+        c.write(os.path.join(c.contexts_dir, "extra.ini"), "[context:extra]\nrestore = replay\n")
         main_pid = c.show("MainPID")["MainPID"]
         r = c.sh("systemctl", "reload", UNIT)
         s.eq(r.returncode, 0, f"systemctl reload {UNIT} exits 0", out(r))
@@ -706,6 +707,9 @@ def test(tap):
         s.eq(r.returncode, 0, "a cell sets before_reboot = 7 right before the reboot", out(r))
         r = c.ctl("check", "default", "--expect", str(k["kid"]), "--timeout", f"{scaled(30):g}")
         s.eq(r.returncode, 0, "check --expect K exits 0 right before the reboot", out(r))
+        r = c.ctl("exec", "extra", "replayed = 41")
+        s.eq(r.returncode, 0, "a cell sets replayed = 41 in extra (restore = replay) right before the reboot", out(r))
+        k["extra"] = c.context("extra").get("kernel_id")
         sup = c.status()["supervisor"]
         k["boot_id"], k["generation"] = sup.get("boot_id"), sup.get("generation")
         c.sh("systemctl", "reboot", timeout=30)  # the connection may drop: the exit code says nothing
@@ -727,6 +731,12 @@ def test(tap):
         r = c.ctl("exec", "default", "before_reboot")
         s.ok(r.returncode == 7 and "NameError" in r.stdout + r.stderr, "the new kernel's namespace is empty "
              "(exec before_reboot raises NameError, exit 7)", out(r))
+        wait_until(lambda: c.context("extra"), 120, "extra ready after the reboot",
+                   check=lambda x: x.get("state") == "ready")
+        r = c.ctl("check", "extra", "--expect", str(k.get("extra")), "--timeout", f"{scaled(30):g}")
+        s.eq(r.returncode, 9, "restore = replay: check --expect exits 9 after the reboot (namespace rebuilt)", out(r))
+        r = c.ctl("exec", "extra", "replayed + 1")
+        s.eq((r.returncode, r.stdout.splitlines()[:1]), (0, ["42"]), "the replayed cell's variable is back", out(r))
         tap.diag("boots in the container's journal:\n" + c.sh("journalctl", "--list-boots", "--no-pager").stdout)
 
     # 8. A clean stop leaves no kernel behind.
