@@ -70,6 +70,11 @@ int set_timeout(json_t *params, usec_t timeout) {
         return json_object_set_new(params, "timeout", client_seconds_json(timeout)) < 0 ? -ENOMEM : 0;
 }
 
+/* How long a verb waits: --timeout when given, else its own default. */
+static usec_t timeout_or(const Options *o, usec_t fallback) {
+        return o->timeout != USEC_INFINITY ? o->timeout : fallback;
+}
+
 static int cmd_status(const Options *o, char **args, unsigned n_args) {
         json_auto_t *params = NULL, *result = NULL;
         _cleanup_(reply_status_done) ReplyStatus status = {};
@@ -83,8 +88,7 @@ static int cmd_status(const Options *o, char **args, unsigned n_args) {
                 if (!params)
                         return client_fail(EXIT_FAILED, "out of memory.");
         }
-        r = client_call(o->socket, "status", TAKE_PTR(params),
-                        o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, &result);
+        r = client_call(o->socket, "status", TAKE_PTR(params), timeout_or(o, STATUS_WAIT_USEC), &result);
         if (r != EXIT_OK)
                 return r;
         if (reply_status_decode(result, &status, &problem) < 0)
@@ -191,7 +195,7 @@ static int cmd_interrupt(const Options *o, char **args, unsigned n_args) {
         int r;
 
         r = client_call(o->socket, "interrupt", json_pack("{s:s}", "context", args[0]),
-                        o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, &result);
+                        timeout_or(o, STATUS_WAIT_USEC), &result);
         if (r != EXIT_OK)
                 return r;
         if (reply_interrupt_decode(result, &answer, &problem) < 0)
@@ -209,8 +213,7 @@ static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
         ReplyProblem problem;
         int r;
 
-        r = client_call(o->socket, "metrics", NULL, o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC,
-                        &result);
+        r = client_call(o->socket, "metrics", NULL, timeout_or(o, STATUS_WAIT_USEC), &result);
         if (r != EXIT_OK)
                 return r;
         if (reply_metrics_decode(result, &m, &problem) < 0)
@@ -291,7 +294,7 @@ static int print_check_json(const Options *o, const char *verdict, const json_t 
 }
 
 static int cmd_check(const Options *o, char **args, unsigned n_args) {
-        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : CHECK_TIMEOUT_USEC;
+        usec_t total = timeout_or(o, CHECK_TIMEOUT_USEC);
         json_auto_t *params = NULL;
         _cleanup_(client_reply_done) ClientReply reply = {};
         _cleanup_(reply_check_done) ReplyCheck check = {};
@@ -349,7 +352,7 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
 }
 
 static int cmd_wait(const Options *o, char **args, unsigned n_args) {
-        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : WAIT_TIMEOUT_USEC;
+        usec_t total = timeout_or(o, WAIT_TIMEOUT_USEC);
         json_auto_t *params = NULL;
         _cleanup_(client_reply_done) ClientReply reply = {};
         _cleanup_(reply_status_done) ReplyStatus status = {};

@@ -6,7 +6,9 @@
  * each instead of ipykernel's ~50.
  *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f CONNECTION_FILE
  * For the stop escalation and the restart policy, it can misbehave: exit at
- * once with CODE, answer shutdown_request but keep running, ignore SIGTERM. */
+ * once with CODE, answer shutdown_request but keep running, ignore SIGTERM.
+ * For the heartbeat: SIGUSR1 makes it stop answering heartbeat pings (as a
+ * kernel stuck in C code with its GIL held), SIGUSR2 makes it answer again. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -23,6 +25,11 @@
 static const char *key;
 static const char *session = "stubkernel";
 static bool ignore_shutdown;
+static volatile sig_atomic_t hb_silent; /* SIGUSR1 sets it, SIGUSR2 clears it */
+
+static void on_hb_signal(int sig) {
+        hb_silent = sig == SIGUSR1;
+}
 
 /* Receives one multipart message: up to max frames (longer ones are cut). */
 static int recv_multipart(void *sock, zmq_msg_t *frames, int max) {
@@ -118,13 +125,14 @@ static int handle(void *sock, void *iopub, int *count) {
         return r;
 }
 
-/* The heartbeat is a ROUTER echo, as ipykernel's. */
+/* The heartbeat is a ROUTER echo, as ipykernel's; while hb_silent, a ping is read and dropped. */
 static void echo(void *hb) {
         zmq_msg_t frames[8];
         int n = recv_multipart(hb, frames, 8);
 
         for (int i = 0; i < n; i++) {
-                zmq_msg_send(&frames[i], hb, i < n - 1 ? ZMQ_SNDMORE : 0);
+                if (!hb_silent)
+                        zmq_msg_send(&frames[i], hb, i < n - 1 ? ZMQ_SNDMORE : 0);
                 zmq_msg_close(&frames[i]);
         }
 }
@@ -178,6 +186,9 @@ int main(int argc, char *argv[]) {
                 }
         }
         signal(SIGINT, SIG_IGN); /* an interrupt with nothing running, as ipykernel when idle */
+        struct sigaction sa = { .sa_handler = on_hb_signal };
+        sigaction(SIGUSR1, &sa, NULL);
+        sigaction(SIGUSR2, &sa, NULL);
         while (!done) {
                 zmq_pollitem_t items[] = {
                         { socks[CHANNEL_SHELL], 0, ZMQ_POLLIN, 0 },
