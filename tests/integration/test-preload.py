@@ -176,6 +176,11 @@ def new_package(tap, d):
     """A real `pip install --user` from a cell of a preloaded kernel: the user's site directory did not exist when
     the launcher started (so its sys.path lacks it); after `kernelctl restart` the launcher is renewed and the new
     kernel imports the package."""
+    if subprocess.run(["/usr/bin/python3", "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        for name in ("pip install --user from a cell", "the restart after it renews the launcher",
+                     "the restarted kernel imports the new package", "the renewed launcher serves the next launch"):
+            tap.skip(name, "/usr/bin/python3 has no pip (apt-get install python3-pip; tools/deps.sh lists it)")
+        return
     wheel = make_wheel(d.tmp)
     r = d.ctl("exec", "p1", PIP_CELL.format(wheel=wheel), timeout=180)
     text = output(r.stdout)
@@ -308,6 +313,8 @@ mode = os.environ["MODE"]
 if mode == "silent":
     time.sleep(600)  # never says it is ready
 s.send(json.dumps({"ready": os.getpid()}).encode())
+if mode == "chatty":
+    s.send(json.dumps({"pid": 1}).encode())  # an answer nobody asked for
 while True:
     m, anc, _, _ = s.recvmsg(1 << 20, 64)
     if not m:
@@ -321,7 +328,7 @@ while True:
 
 def broken_launchers(tap):
     """A launcher that hangs with a launch waiting, one that dies with a launch waiting, one that never says it
-    is ready. None of them holds the daemon's loop: while the hanging one is asked, another context's status and
+    is ready, one that answers unasked. None of them holds the daemon's loop: while the hanging one is asked, another context's status and
     cells are answered. The dying one's launch goes cold at once, the hanging one's at the answer deadline, and
     status says why; the silent one is ended at the ready deadline. Both deadlines are the test's (the daemon's
     environment): the ready one shortened, the answer one long enough for a loaded machine."""
@@ -331,7 +338,7 @@ def broken_launchers(tap):
         f.write(BROKEN)
     mark = os.path.join(d.tmp, "asked")
     d.write_config("[context:v]\npreload = no\n[context:h]\nenv = MODE=hang\n[context:x]\nenv = MODE=die\n"
-                   "[context:s]\nenv = MODE=silent\n",
+                   "[context:s]\nenv = MODE=silent\n[context:u]\nenv = MODE=chatty\n",
                    defaults=f"argv = {harness.IPYKERNEL_ARGV}\nenv = MARK={mark}\n")
     d.preload_script = script
     reply = harness.scaled(10)
@@ -342,7 +349,7 @@ def broken_launchers(tap):
     finally:
         for k in deadlines:
             os.environ.pop(k, None)
-    d.wait_all_ready(("v", "h", "x", "s"))
+    d.wait_all_ready(("v", "h", "x", "s", "u"))
     harness.wait_until(lambda: d.log_since(0).count("is ready") >= 2, 60, "the hanging and dying launchers' ready")
 
     # Silent: ended at the ready deadline.
@@ -352,6 +359,11 @@ def broken_launchers(tap):
                       and (harness.proc_stat(p) or (0, 0))[1] == d.proc.pid]
     harness.wait_until(lambda: not silent(), 30, "the silent launcher to be gone")
     tap.ok(True, "a launcher that never says it is ready is ended at the ready deadline, and the log says so")
+
+    # Chatty: an answer nobody asked for ends it; nothing is taken from it.
+    d.wait_log("the launcher spoke unasked", timeout=60)
+    tap.eq(d.context("u")["state"], "ready", "a launcher that answers unasked is ended; its context's kernel is "
+           "untouched")
 
     # Hanging: the loop is free while its answer is awaited.
     old = d.context("h")
