@@ -320,7 +320,7 @@ while True:
     if not m:
         break
     open(os.environ["MARK"] + "." + mode, "w").close()
-    if mode == "hang":
+    if mode.startswith("hang"):
         time.sleep(600)  # never answers
     os._exit(3)  # dies with the launch waiting
 """
@@ -328,17 +328,19 @@ while True:
 
 def broken_launchers(tap):
     """A launcher that hangs with a launch waiting, one that dies with a launch waiting, one that never says it
-    is ready, one that answers unasked. None of them holds the daemon's loop: while the hanging one is asked, another context's status and
-    cells are answered. The dying one's launch goes cold at once, the hanging one's at the answer deadline, and
-    status says why; the silent one is ended at the ready deadline. Both deadlines are the test's (the daemon's
-    environment): the ready one shortened, the answer one long enough for a loaded machine."""
+    is ready, one that answers unasked. None of them holds the daemon's loop: while the hanging one is asked,
+    another context's status and cells are answered, and a stop of the waiting context is at once. The dying
+    one's launch goes cold at once, the hanging one's at the answer deadline, and status says why; the silent
+    one is ended at the ready deadline. Both deadlines are the test's (the daemon's environment): the ready one
+    shortened, the answer one long enough for a loaded machine."""
     d = harness.Daemon(tap)
     script = os.path.join(d.tmp, "broken.py")
     with open(script, "w") as f:
         f.write(BROKEN)
     mark = os.path.join(d.tmp, "asked")
     d.write_config("[context:v]\npreload = no\n[context:h]\nenv = MODE=hang\n[context:x]\nenv = MODE=die\n"
-                   "[context:s]\nenv = MODE=silent\n[context:u]\nenv = MODE=chatty\n",
+                   "[context:s]\nenv = MODE=silent\n[context:u]\nenv = MODE=chatty\n"
+                   "[context:h2]\nenv = MODE=hang2\n",
                    defaults=f"argv = {harness.IPYKERNEL_ARGV}\nenv = MARK={mark}\n")
     d.preload_script = script
     reply = harness.scaled(10)
@@ -349,8 +351,8 @@ def broken_launchers(tap):
     finally:
         for k in deadlines:
             os.environ.pop(k, None)
-    d.wait_all_ready(("v", "h", "x", "s", "u"))
-    harness.wait_until(lambda: d.log_since(0).count("is ready") >= 2, 60, "the hanging and dying launchers' ready")
+    d.wait_all_ready(("v", "h", "x", "s", "u", "h2"))
+    harness.wait_until(lambda: d.log_since(0).count("is ready") >= 4, 60, "the hanging and dying launchers' ready")
 
     # Silent: ended at the ready deadline.
     d.wait_log("the launcher did not say it was ready within 2s", timeout=60)
@@ -385,6 +387,22 @@ def broken_launchers(tap):
     tap.ok(h["started"] == "cold" and "did not answer within" in (h["start_note"] or ""),
            "a hanging launcher: the waiting launch goes cold at the answer deadline, and status says why",
            repr(h["start_note"]))
+
+    # A stop while a launch waits for its (hanging) launcher: the launch is dropped, no kernel follows; a start
+    # after it waits behind the dropped request and goes cold at the answer deadline.
+    restart = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "restart", "h2"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness.wait_until(lambda: os.path.exists(mark + ".hang2"), 60, "the second hanging launcher to have the request")
+    r = d.ctl("stop", "h2", timeout=60)
+    c = d.context("h2")
+    tap.eq((r.returncode, c["state"], c["pid"]), (0, "stopped", None),
+           "a stop while the launch waits for its launcher: stopped at once, no kernel", r.stdout + r.stderr)
+    restart.wait(timeout=harness.scaled(60))
+    r = d.ctl("start", "h2", timeout=120)
+    c = d.context("h2")
+    tap.ok(r.returncode == 0 and c["state"] == "ready" and c["started"] == "cold"
+           and "did not answer within" in (c["start_note"] or ""),
+           "started again: cold once the hanging launcher misses the deadline", r.stdout + r.stderr + repr(c))
 
     # Dying: its waiting launch goes cold at once.
     old = d.context("x")
