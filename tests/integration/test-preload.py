@@ -388,16 +388,20 @@ def broken_launchers(tap):
            "a hanging launcher: the waiting launch goes cold at the answer deadline, and status says why",
            repr(h["start_note"]))
 
-    # A stop while a launch waits for its (hanging) launcher: the launch is dropped, no kernel follows; a start
-    # after it waits behind the dropped request and goes cold at the answer deadline.
+    # A stop while a launch waits for its (hanging) launcher: the launch is dropped, and no kernel follows when the
+    # launcher misses its deadline; a start after it goes cold, saying why.
     restart = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "restart", "h2"], stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     harness.wait_until(lambda: os.path.exists(mark + ".hang2"), 60, "the second hanging launcher to have the request")
+    mark_log = d.log_mark()
     r = d.ctl("stop", "h2", timeout=60)
     c = d.context("h2")
     tap.eq((r.returncode, c["state"], c["pid"]), (0, "stopped", None),
            "a stop while the launch waits for its launcher: stopped at once, no kernel", r.stdout + r.stderr)
     restart.wait(timeout=harness.scaled(60))
+    d.wait_log("the launcher did not answer within", mark_log, timeout=60)
+    c = d.context("h2")
+    tap.eq((c["state"], c["pid"]), ("stopped", None), "the dropped launch stays dropped past the answer deadline")
     r = d.ctl("start", "h2", timeout=120)
     c = d.context("h2")
     tap.ok(r.returncode == 0 and c["state"] == "ready" and c["started"] == "cold"
