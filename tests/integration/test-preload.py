@@ -338,10 +338,12 @@ def broken_launchers(tap):
     with open(script, "w") as f:
         f.write(BROKEN)
     mark = os.path.join(d.tmp, "asked")
-    d.write_config("[context:v]\npreload = no\n[context:h]\nenv = MODE=hang\n[context:x]\nenv = MODE=die\n"
-                   "[context:s]\nenv = MODE=silent\n[context:u]\nenv = MODE=chatty\n"
-                   "[context:h2]\nenv = MODE=hang2\n",
-                   defaults=f"argv = {harness.IPYKERNEL_ARGV}\nenv = MARK={mark}\n")
+    def config(h3_mode):
+        d.write_config("[context:v]\npreload = no\n[context:h]\nenv = MODE=hang\n[context:x]\nenv = MODE=die\n"
+                       "[context:s]\nenv = MODE=silent\n[context:u]\nenv = MODE=chatty\n"
+                       f"[context:h2]\nenv = MODE=hang2\n[context:h3]\nenv = MODE={h3_mode}\n",
+                       defaults=f"argv = {harness.IPYKERNEL_ARGV}\nenv = MARK={mark}\n")
+    config("hang3")
     d.preload_script = script
     reply = harness.scaled(10)
     deadlines = {"KERNELSUP_PRELOAD_READY_MSEC": "2000", "KERNELSUP_PRELOAD_REPLY_MSEC": str(int(reply * 1000))}
@@ -351,8 +353,8 @@ def broken_launchers(tap):
     finally:
         for k in deadlines:
             os.environ.pop(k, None)
-    d.wait_all_ready(("v", "h", "x", "s", "u", "h2"))
-    harness.wait_until(lambda: d.log_since(0).count("is ready") >= 4, 60, "the hanging and dying launchers' ready")
+    d.wait_all_ready(("v", "h", "x", "s", "u", "h2", "h3"))
+    harness.wait_until(lambda: d.log_since(0).count("is ready") >= 5, 60, "the hanging and dying launchers' ready")
 
     # Silent: ended at the ready deadline.
     d.wait_log("the launcher did not say it was ready within 2s", timeout=60)
@@ -420,6 +422,21 @@ def broken_launchers(tap):
            repr(note))
     d.wait_log("the preloaded launcher exited with code 3", mark_log)
     tap.ok(os.path.exists(mark + ".die"), "the dying launcher had the request")
+
+    # A reload that changes the process settings of a context whose launch waits for its (hanging) launcher: the
+    # launch starts over with the new settings, here through another launcher, still importing, so cold at once,
+    # rather than after the old launcher's deadline.
+    restart = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "restart", "h3"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness.wait_until(lambda: os.path.exists(mark + ".hang3"), 60, "the third hanging launcher to have the request")
+    config("hang4")
+    r = d.ctl("reload", timeout=60)
+    tap.eq(r.returncode, 0, "reload with h3's environment changed", r.stdout + r.stderr)
+    c = d.wait_context("h3", lambda c: c["state"] == "ready", "h3 ready after the reload", 120)
+    tap.ok(c["started"] == "cold" and "still importing" in (c["start_note"] or ""),
+           "a restart of a launch waiting for its launcher starts it over at once, with the new settings",
+           repr(c["start_note"]))
+    restart.wait(timeout=harness.scaled(60))
     d.stop()
 
 
