@@ -373,8 +373,78 @@ static int context_place(pid_t pid, void *userdata, char **ret_error) {
                        : 0;
 }
 
+static void context_launched(Context *c);
+
+/* The launch is over: failed (r < 0, err says why), or the kernel runs (c->pid). */
+static void context_spawned(Context *c, int r, const char *err) {
+        if (r < 0) {
+                c->st.started_at = now_usec(CLOCK_REALTIME);
+                c->st.last_exit = (ExitInfo){ 0 };
+                return context_launch_failed(c, err ?: strerror(-r));
+        }
+        context_launched(c);
+}
+
+static int context_spawn_cold(Context *c, const SpawnParams *p, const char *why, char **ret_error) {
+        c->st.preloaded = false;
+        free(c->cold_why);
+        c->cold_why = strdup(why);
+        return spawn_kernel(p, &c->pid, &c->pidfd, ret_error);
+}
+
+/* The launcher answered (or cannot): the kernel it forked, placed; a failed placement; or cold now. */
+static void preload_launched(PreloadLaunch *pl, void *userdata, int r, pid_t pid, int pidfd, const char *msg,
+                             const SpawnParams *p) {
+        Context *c = userdata;
+        _cleanup_free_ char *err = NULL;
+
+        c->pl_answer = NULL;
+        if (r == 0) {
+                c->pl_setup = pl;
+                c->pid = pid;
+                c->pidfd = pidfd;
+                return context_launched(c);
+        }
+        if (r != -EAGAIN)
+                return context_spawned(c, r, msg);
+        log_info("%s: launching cold: %s", c->name, msg);
+        r = context_spawn_cold(c, p, msg, &err);
+        context_spawned(c, r, err);
+}
+
+/* The preloaded kernel's setup failed (msg; it exits, or was killed for being late), or is done (NULL). */
+static void preload_setup_done(PreloadLaunch *pl, void *userdata, const char *msg) {
+        Context *c = userdata;
+
+        if (c->pl_setup != pl)
+                return;
+        c->pl_setup = NULL;
+        if (msg && c->pid > 0) {
+                log_warning("%s: the preloaded kernel's setup failed: %s", c->name, msg);
+                free(c->pending_error);
+                c->pending_error = strdup(msg);
+        }
+}
+
+static const PreloadCallbacks preload_callbacks = {
+        .launched = preload_launched,
+        .setup_done = preload_setup_done,
+};
+
+void context_launch_cancel(Context *c) {
+        preload_launch_cancel(c->pl_answer);
+        c->pl_answer = NULL;
+        preload_launch_cancel(c->pl_setup);
+        c->pl_setup = NULL;
+}
+
+void context_launch_settle(Context *c) {
+        preload_launch_settle(c->pl_setup);
+}
+
 /* Launches through the context's preloaded launcher where its settings allow, else cold. st.preloaded (on disk
- * with the pid, for status after an adoption) and cold_why say which way and why. */
+ * with the pid, for status after an adoption) and cold_why say which way and why. 1: the launcher has the
+ * request, and its answer comes on the loop (preload_launched()). */
 static int context_spawn(Context *c, const SpawnParams *p, char **ret_error) {
         _cleanup_free_ char *cold = NULL;
         const char *why = "this daemon has no preloaded launchers";
@@ -384,15 +454,15 @@ static int context_spawn(Context *c, const SpawnParams *p, char **ret_error) {
         c->cold_why = NULL;
         if (c->host->preload && context_config_preload_module(c->cfg, &why)) {
                 c->st.preloaded = true;
-                r = preload_spawn(c->host->preload, p, &c->pid, &c->pidfd, ret_error, &cold);
+                r = preload_spawn(c->host->preload, p, &preload_callbacks, c, &c->pl_answer, &cold);
+                if (r == 0)
+                        return 1;
                 if (r != -EAGAIN)
                         return r;
                 why = cold ?: "out of memory";
                 log_info("%s: launching cold: %s", c->name, why);
         }
-        c->st.preloaded = false;
-        c->cold_why = strdup(why);
-        return spawn_kernel(p, &c->pid, &c->pidfd, ret_error);
+        return context_spawn_cold(c, p, why, ret_error);
 }
 
 void context_launch(Context *c) {
@@ -403,12 +473,17 @@ void context_launch(Context *c) {
         size_t n_extra = 0;
         int outfd, r;
 
+        /* One launch at a time: the launcher's answer to this one is awaited. */
+        if (c->pl_answer)
+                return;
         /* The last kernel's leftovers may still hold its ports or sockets: they go first (milliseconds). */
         if (c->leftovers) {
                 c->launch_deferred = true;
                 return;
         }
         uv_timer_stop(&c->timer);
+        /* The last kernel's setup report, if it never came: that kernel is gone. */
+        context_launch_cancel(c);
         c->deadline_hit = false;
         context_readiness_reset(c);
         free(c->pending_error);
@@ -483,18 +558,22 @@ void context_launch(Context *c) {
         resources_release(&c->limits);
         free(err);
         err = NULL;
+        /* The note about moved ports stays as last_error once the kernel is ready. */
+        c->pending_error = TAKE_PTR(note);
         r = context_spawn(c, &p, &err);
         close(outfd);
-        if (r < 0) {
-                c->st.started_at = now_usec(CLOCK_REALTIME);
-                c->st.last_exit = (ExitInfo){ 0 };
-                return context_launch_failed(c, err ?: strerror(-r));
-        }
+        if (r > 0)
+                /* Starting, without a pid until the launcher answers (or the launch goes cold). */
+                return context_set_state(c, CONTEXT_STARTING);
+        context_spawned(c, r, err);
+}
+
+/* The kernel process exists (c->pid, c->pidfd): watched, connected to and asked for kernel_info. */
+static void context_launched(Context *c) {
+        int r;
 
         if (resources_wanted(c->cfg) && c->limits.note && !c->limits.scope)
                 log_warning("%s: %s", c->name, c->limits.note);
-        /* The note about moved ports stays as last_error once the kernel is ready. */
-        c->pending_error = TAKE_PTR(note);
 
         c->pid_poll = malloc(sizeof(uv_poll_t));
         if (!c->pid_poll || uv_poll_init(c->host->loop, c->pid_poll, c->pidfd) < 0) {

@@ -220,6 +220,7 @@ void context_free(Context *c) {
                 return;
         resources_end_group_cancel(c->leftovers);
         c->leftovers = NULL;
+        context_launch_cancel(c);
         exec_queue_free(c->exec);
         if (c->conn)
                 kernel_conn_close(c->conn);

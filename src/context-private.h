@@ -12,6 +12,7 @@
 #include "journal.h"
 #include "jupyter.h"
 #include "log.h"
+#include "preload.h"
 #include "replay.h"
 #include "resources.h"
 #include "spawn.h"
@@ -83,6 +84,8 @@ struct Context {
         Limits limits;            /* where the kernel's limits come from, its OOM counter */
         SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
         char *cold_why;           /* why the current kernel was started cold; NULL when preloaded or unknown */
+        PreloadLaunch *pl_answer; /* the launcher's answer awaited (state starting, pid 0); else NULL */
+        PreloadLaunch *pl_setup;  /* the preloaded kernel's setup report awaited; else NULL */
         char *pending_error;      /* why the current launch failed, set before its exit */
         char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
         bool conn_saved;          /* st's ports and key are on disk as they are now */
@@ -188,4 +191,12 @@ void context_became_ready(Context *c);
  * ipc/NAME: a removed context). Never follows a link. -errno, and *ret_failed (may be NULL) names the path. */
 int context_remove_private_files(Context *c, bool dirs, char **ret_failed);
 void context_deadline_cb(uv_timer_t *t);
+/* Launches a kernel: at once (cold), or once the preloaded launcher answers, on the loop (the context is
+ * starting with no pid meanwhile). */
 void context_launch(Context *c);
+/* Ends what a launch waits for: the launcher's answer (no kernel follows), or a preloaded kernel's setup report
+ * (the kernel, if any, stays). For a stop while starting without a pid, and the context's end. */
+void context_launch_cancel(Context *c);
+/* The kernel has exited: a preloaded kernel's setup report is read first, so its failed step is what the exit
+ * tells (pending_error). */
+void context_launch_settle(Context *c);

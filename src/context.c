@@ -677,6 +677,8 @@ static void context_handle_exit(Context *c) {
         /* Its memory cgroup (watched since launch) says whether the OOM killer did it. */
         if ((c->st.last_exit.signal == SIGKILL || c->st.last_exit.unknown) && resources_oom_killed(&c->limits))
                 c->st.last_exit.oom = true;
+        /* A preloaded kernel's failed setup step, if it reported one, is what its exit tells. */
+        context_launch_settle(c);
         context_end_group(c);
         if (!c->leftovers)
                 resources_release(&c->limits);
@@ -846,6 +848,14 @@ static void context_begin_stop(Context *c) {
                 context_enter_stopping(c, true);
                 break;
         case CONTEXT_STARTING:
+                /* No process yet: its launcher's answer is awaited. Dropped, no kernel follows. */
+                if (c->pid <= 0) {
+                        context_launch_cancel(c);
+                        context_set_state(c, CONTEXT_STOPPED);
+                        break;
+                }
+                context_enter_stopping(c, true);
+                break;
         case CONTEXT_READY:
         case CONTEXT_BUSY:
         case CONTEXT_UNRESPONSIVE:
@@ -881,6 +891,12 @@ void context_stop(Context *c) {
 
 void context_restart(Context *c) {
         c->want_running = true;
+        /* A launch waiting for its launcher's answer (made with the settings before a reload, maybe) starts over. */
+        if (c->state == CONTEXT_STARTING && c->pid <= 0 && c->pl_answer) {
+                context_launch_cancel(c);
+                context_launch(c);
+                return;
+        }
         if (c->pid > 0) {
                 c->restart_pending = true;
                 if (c->state != CONTEXT_STOPPING)

@@ -1,7 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +18,10 @@
 #include "preload.h"
 #include "util.h"
 
-/* How long a ready launcher may take to answer a request (a fork of a process of some 60 MiB), and the
- * kernel it forked to finish its setup after our word. The loop waits for both, so they are short; on a
- * loaded machine a fork takes some 100 ms. */
+/* How long a launcher may take to say it is ready (its imports: 0.4 s on an idle machine, several seconds on a
+ * loaded one), to answer a request (a fork of a process of some 60 MiB: some 100 ms on a loaded machine), and
+ * the kernel it forked to finish its setup once it is let go. All are waited for on the loop. */
+#define PRELOAD_READY_MSEC 30000
 #define PRELOAD_REPLY_MSEC 3000
 #define PRELOAD_SETUP_MSEC 3000
 /* A launcher that died, could not start or did not answer is started again at most this often. */
@@ -33,34 +33,68 @@
 #define PRELOAD_REQUEST_MAX (128 * 1024)
 
 typedef enum LauncherState {
-        LAUNCHER_STARTING, /* importing; says {"ready"} or {"unable"} when done */
+        LAUNCHER_STARTING, /* importing; says {"ready"} or {"unable"} when done, within ready_msec */
         LAUNCHER_READY,
         LAUNCHER_DEAD, /* why says why; started again at a launch PRELOAD_RETRY_USEC after dead_at */
 } LauncherState;
 
-typedef struct Launcher {
+typedef struct Launcher Launcher;
+
+struct PreloadLaunch {
+        PreloadPool *pool;
+        Launcher *l; /* the launcher asked (NULL once it is gone) */
+        const PreloadCallbacks *cb;
+        void *userdata; /* cb and userdata NULL: cancelled */
+        /* A copy of the caller's parameters: to go cold with, and to place the kernel. */
+        SpawnParams p;
+        char **argv, **env, *cwd;
+        SpawnUser user;
+        int gofd, errfd;     /* the go pipe's write end, the err pipe's read end */
+        pid_t pid;           /* once handed over */
+        uv_poll_t *poll;     /* on errfd, awaiting the setup report; freed in its close callback */
+        uv_timer_t *timer;   /* the setup deadline */
+        bool busy;           /* in one of cb's calls: a cancel there only marks it */
+        PreloadLaunch *next; /* in its launcher's queue (answers come in the order of the requests), or in the
+                              * pool's list of kernels in setup */
+};
+
+struct Launcher {
         PreloadPool *pool;
         char **key;     /* interpreter, module, "uid gid groups...", then the environment */
         SpawnUser user; /* its identity: uid, gid and groups (no names) */
         LauncherState state;
         pid_t pid; /* 0 when none */
         int pidfd, sock;
-        uv_poll_t *poll; /* on sock while starting; freed in its close callback */
-        char *why;       /* while dead */
-        usec_t dead_at;  /* CLOCK_MONOTONIC */
-        usec_t used_at;  /* CLOCK_MONOTONIC: last asked for */
+        uv_poll_t *poll;   /* on sock while it is open; freed in its close callback */
+        uv_timer_t *timer; /* the ready deadline while starting, then the deadline of the oldest request */
+        PreloadLaunch *queue;
+        char *why;      /* while dead */
+        bool why_weak;  /* why is a guess ("closed its channel"): its exit status tells better */
+        usec_t dead_at; /* CLOCK_MONOTONIC */
+        usec_t used_at; /* CLOCK_MONOTONIC: last asked for */
         struct Launcher *next;
-} Launcher;
+};
 
 struct PreloadPool {
         uv_loop_t *loop;
         char *script;
+        uint64_t ready_msec, reply_msec; /* PRELOAD_READY_MSEC and PRELOAD_REPLY_MSEC, unless a test says */
         Launcher *launchers;
+        PreloadLaunch *setups; /* kernels handed over whose setup report is awaited */
 };
 
 /* Variables set per launch: a launcher serves every kernel of its key, whatever these say. */
 static bool env_per_launch(const char *e) {
         return strncmp(e, "KERNELSUP_KERNEL_ID=", 20) == 0 || strncmp(e, "KERNELSUP_CONTEXT=", 18) == 0;
+}
+
+/* A deadline a test may set in the daemon's environment (test-preload.py: a launcher that never says it is
+ * ready need not take 30 s, and on a loaded machine a status must be seen while an answer is awaited). */
+static uint64_t deadline_msec(const char *var, uint64_t def) {
+        const char *v = getenv(var);
+        uint64_t msec = v ? strtoull(v, NULL, 10) : 0;
+
+        return msec > 0 && msec <= 600000 ? msec : def;
 }
 
 int preload_pool_new(uv_loop_t *loop, const char *script, PreloadPool **ret) {
@@ -71,39 +105,231 @@ int preload_pool_new(uv_loop_t *loop, const char *script, PreloadPool **ret) {
                 return -ENOMEM;
         }
         pool->loop = loop;
+        pool->ready_msec = deadline_msec("KERNELSUP_PRELOAD_READY_MSEC", PRELOAD_READY_MSEC);
+        pool->reply_msec = deadline_msec("KERNELSUP_PRELOAD_REPLY_MSEC", PRELOAD_REPLY_MSEC);
         *ret = pool;
         return 0;
 }
 
-static void poll_close_cb(uv_handle_t *h) {
+static void handle_free_cb(uv_handle_t *h) {
         free(h);
 }
 
-static void launcher_close(Launcher *l) {
-        if (l->poll) {
-                uv_close((uv_handle_t *) l->poll, poll_close_cb);
-                l->poll = NULL;
+static void handle_drop(uv_handle_t *h) {
+        if (h)
+                uv_close(h, handle_free_cb);
+}
+
+/* ---- One launch ---- */
+
+static void launch_free(PreloadLaunch *pl) {
+        handle_drop((uv_handle_t *) pl->poll);
+        handle_drop((uv_handle_t *) pl->timer);
+        if (pl->gofd >= 0)
+                close(pl->gofd);
+        if (pl->errfd >= 0)
+                close(pl->errfd);
+        if (pl->p.stdout_fd >= 0)
+                close(pl->p.stdout_fd);
+        strv_free(pl->argv);
+        strv_free(pl->env);
+        free(pl->cwd);
+        free(pl->user.groups);
+        free(pl);
+}
+
+static bool launch_cancelled(const PreloadLaunch *pl) {
+        return !pl->cb;
+}
+
+/* No kernel for this launch from its launcher: the caller launches cold, saying why. */
+static void launch_go_cold(PreloadLaunch *pl, const char *why) {
+        if (!launch_cancelled(pl)) {
+                pl->busy = true;
+                pl->cb->launched(pl, pl->userdata, -EAGAIN, 0, -1, why, &pl->p);
         }
+        launch_free(pl);
+}
+
+static void setups_unlink(PreloadLaunch *pl) {
+        for (PreloadLaunch **q = &pl->pool->setups; *q; q = &(*q)->next)
+                if (*q == pl) {
+                        *q = pl->next;
+                        break;
+                }
+        pl->next = NULL;
+}
+
+/* The kernel's setup is over: msg NULL (done), or why not. */
+static void launch_setup_end(PreloadLaunch *pl, const char *msg) {
+        setups_unlink(pl);
+        if (!launch_cancelled(pl)) {
+                pl->busy = true;
+                pl->cb->setup_done(pl, pl->userdata, msg);
+        }
+        launch_free(pl);
+}
+
+/* Reads the setup report: a failed step, or EOF (done); nothing yet leaves it watched. */
+static void launch_setup_read(PreloadLaunch *pl) {
+        _cleanup_free_ char *msg = NULL;
+        int report[2];
+        ssize_t k;
+
+        do
+                k = read(pl->errfd, report, sizeof report);
+        while (k < 0 && errno == EINTR);
+        if (k < 0 && errno == EAGAIN)
+                return;
+        /* Closed without a word (it runs the module now) is success, as after a cold child's exec. */
+        if (k == (ssize_t) sizeof report)
+                msg = spawn_report_error(report, pl->argv[0], pl->cwd);
+        launch_setup_end(pl, k == (ssize_t) sizeof report ? (msg ?: "its setup failed") : NULL);
+}
+
+static void launch_setup_poll_cb(uv_poll_t *h, int status, int events) {
+        launch_setup_read(h->data);
+}
+
+void preload_launch_settle(PreloadLaunch *pl) {
+        if (pl && pl->pid > 0 && pl->poll && !pl->busy)
+                launch_setup_read(pl);
+}
+
+static void launcher_dead(Launcher *l, const char *why, usec_t retry_after, bool weak);
+
+static void launch_setup_timer_cb(uv_timer_t *t) {
+        PreloadLaunch *pl = t->data;
+        char why[128];
+
+        /* Not let go yet: it waits for its systemd scope (which has a deadline of its own). */
+        if (pl->p.pending && pl->p.pending->gofd >= 0) {
+                uv_timer_start(pl->timer, launch_setup_timer_cb, PRELOAD_SETUP_MSEC, 0);
+                return;
+        }
+        /* Still our child, unreaped (its context reaps it only after its exit, which would have closed errfd). */
+        if (proc_pid_ppid(pl->pid) == getpid()) {
+                (void) kill(-pl->pid, SIGKILL);
+                (void) kill(pl->pid, SIGKILL);
+        }
+        snprintf(why, sizeof why, "a kernel it forked did not finish its setup within %d s",
+                 PRELOAD_SETUP_MSEC / 1000);
+        if (pl->l)
+                launcher_dead(pl->l, why, PRELOAD_RETRY_USEC, false);
+        snprintf(why, sizeof why, "its setup did not finish within %d s; killed", PRELOAD_SETUP_MSEC / 1000);
+        launch_setup_end(pl, why);
+}
+
+/* The launcher named the kernel it forked, checked: it is placed (p->prepare), let go, and handed over, its
+ * setup report then read on the loop. */
+static void launch_hand_over(PreloadLaunch *pl, pid_t pid) {
+        _cleanup_free_ char *err = NULL;
+        int gofd = pl->gofd, pidfd = -1, r;
+        pid_t kpid = 0;
+
+        pl->gofd = -1;
+        if (launch_cancelled(pl)) {
+                /* Without its byte it exits before it runs anything. */
+                close(gofd);
+                (void) kill(pid, SIGKILL);
+                launch_free(pl);
+                return;
+        }
+        r = spawn_finish(&pl->p, pid, -1, gofd, -1, &kpid, &pidfd, &err);
+        if (r < 0) {
+                pl->busy = true;
+                pl->cb->launched(pl, pl->userdata, r, 0, -1, err ?: strerror(-r), &pl->p);
+                launch_free(pl);
+                return;
+        }
+        pl->pid = kpid;
+        pl->next = pl->pool->setups;
+        pl->pool->setups = pl;
+        pl->poll = malloc(sizeof(uv_poll_t));
+        pl->timer = malloc(sizeof(uv_timer_t));
+        if (!pl->poll || !pl->timer || uv_poll_init(pl->pool->loop, pl->poll, pl->errfd) < 0) {
+                free(pl->poll);
+                free(pl->timer);
+                pl->poll = NULL;
+                pl->timer = NULL;
+        } else {
+                pl->poll->data = pl->timer->data = pl;
+                uv_timer_init(pl->pool->loop, pl->timer);
+                uv_poll_start(pl->poll, UV_READABLE, launch_setup_poll_cb);
+                uv_timer_start(pl->timer, launch_setup_timer_cb, PRELOAD_SETUP_MSEC, 0);
+        }
+        pl->busy = true;
+        pl->cb->launched(pl, pl->userdata, 0, kpid, pidfd, NULL, &pl->p);
+        pl->busy = false;
+        /* Cancelled meanwhile, or not watchable: the kernel is the caller's alone. */
+        if (launch_cancelled(pl)) {
+                setups_unlink(pl);
+                launch_free(pl);
+        } else if (!pl->poll)
+                launch_setup_end(pl, NULL);
+}
+
+void preload_launch_cancel(PreloadLaunch *pl) {
+        if (!pl)
+                return;
+        pl->cb = NULL;
+        pl->userdata = NULL;
+        pl->p.prepare = NULL;
+        pl->p.userdata = NULL;
+        pl->p.pending = NULL;
+        /* One awaiting its answer stays in its launcher's queue: answers come in order. */
+        if (pl->pid > 0 && !pl->busy) {
+                setups_unlink(pl);
+                launch_free(pl);
+        }
+}
+
+/* ---- Launchers ---- */
+
+static void launcher_close(Launcher *l) {
+        handle_drop((uv_handle_t *) l->poll);
+        l->poll = NULL;
+        handle_drop((uv_handle_t *) l->timer);
+        l->timer = NULL;
         if (l->sock >= 0)
                 close(l->sock);
         l->sock = -1;
 }
 
+/* Every launch awaiting l's answer goes cold, saying why. */
+static void launcher_fail_queue(Launcher *l, const char *why) {
+        PreloadLaunch *q = l->queue;
+        _cleanup_free_ char *copy = strdup(why);
+
+        l->queue = NULL;
+        while (q) {
+                PreloadLaunch *next = q->next;
+                q->l = NULL;
+                q->next = NULL;
+                /* A kernel it forked for q exits without its byte: the go pipe closes with q. */
+                launch_go_cold(q, copy ?: "the preloaded launcher ended");
+                q = next;
+        }
+}
+
 /* The launcher is of no use any more: it is ended (SIGKILL; reaped by preload_child_exited() or, when the pool
- * is gone, as an orphan) and launches go cold, saying why, until it is started again. */
-static void launcher_dead(Launcher *l, const char *why, usec_t retry_after) {
+ * is gone, as an orphan), the launches waiting for it go cold at once, and so do launches until it is started
+ * again, saying why. weak: why is a guess its exit status will tell better. */
+static void launcher_dead(Launcher *l, const char *why, usec_t retry_after, bool weak) {
         launcher_close(l);
         if (l->pid > 0) {
                 (void) pidfd_send_signal(l->pidfd, SIGKILL, NULL, 0);
                 log_warning("preloaded launcher %d (%s -m %s): %s", (int) l->pid, l->key[0], l->key[1], why);
         }
         /* The first cause is the one to tell (a launcher killed for not answering then exits by SIGKILL). */
-        if (l->state == LAUNCHER_DEAD && l->why)
-                return;
-        free(l->why);
-        l->why = strdup(why);
-        l->state = LAUNCHER_DEAD;
-        l->dead_at = now_usec(CLOCK_MONOTONIC) - PRELOAD_RETRY_USEC + retry_after;
+        if (l->state != LAUNCHER_DEAD || !l->why || l->why_weak) {
+                free(l->why);
+                l->why = strdup(why);
+                l->why_weak = weak;
+                l->state = LAUNCHER_DEAD;
+                l->dead_at = now_usec(CLOCK_MONOTONIC) - PRELOAD_RETRY_USEC + retry_after;
+        }
+        launcher_fail_queue(l, l->why ?: why);
 }
 
 static void launcher_free(Launcher *l) {
@@ -114,6 +340,10 @@ static void launcher_free(Launcher *l) {
                 (void) waitid(P_PIDFD, (id_t) l->pidfd, &(siginfo_t){ 0 }, WEXITED);
                 close(l->pidfd);
         }
+        launcher_fail_queue(l, "the preloaded launcher was ended");
+        for (PreloadLaunch *s = l->pool->setups; s; s = s->next)
+                if (s->l == l)
+                        s->l = NULL;
         strv_free(l->key);
         free(l->user.groups);
         free(l->why);
@@ -128,50 +358,140 @@ void preload_pool_free(PreloadPool *pool) {
                 pool->launchers = l->next;
                 launcher_free(l);
         }
+        while (pool->setups) {
+                PreloadLaunch *pl = pool->setups;
+                pool->setups = pl->next;
+                launch_free(pl);
+        }
         free(pool->script);
         free(pool);
 }
 
-/* One datagram from the launcher as JSON (NULL on EOF or garbage). */
-static json_t *launcher_recv(Launcher *l) {
+/* One datagram from the launcher: 1 and *ret its JSON (NULL when it is not JSON), 0 on EOF, -EAGAIN when
+ * there is none after all. */
+static int launcher_recv(Launcher *l, json_t **ret) {
         char buf[4096];
         ssize_t k;
 
         do
                 k = recv(l->sock, buf, sizeof buf - 1, MSG_DONTWAIT);
         while (k < 0 && errno == EINTR);
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return -EAGAIN;
         if (k <= 0)
-                return NULL;
-        return json_loadb(buf, (size_t) k, 0, NULL);
+                return 0;
+        *ret = json_loadb(buf, (size_t) k, 0, NULL);
+        return 1;
+}
+
+/* Whether pid holds the pipe whose other end is fd: only the kernel forked for this request does. */
+static bool pid_holds_pipe(pid_t pid, int fd) {
+        char dir[64], link[64], want[64];
+        struct stat st;
+        DIR *d;
+        bool found = false;
+
+        if (fstat(fd, &st) < 0)
+                return false;
+        snprintf(want, sizeof want, "pipe:[%lu]", (unsigned long) st.st_ino);
+        snprintf(dir, sizeof dir, "/proc/%d/fd", (int) pid);
+        d = opendir(dir);
+        if (!d)
+                return false;
+        for (struct dirent *de; !found && (de = readdir(d));) {
+                ssize_t k = readlinkat(dirfd(d), de->d_name, link, sizeof link - 1);
+                found = k > 0 && (link[k] = 0, streq(link, want));
+        }
+        closedir(d);
+        return found;
+}
+
+/* The launcher's answer to its oldest request pl (out of its queue): the kernel, or why not. */
+static void launcher_answer(Launcher *l, PreloadLaunch *pl, json_t *j) {
+        const char *s;
+        json_int_t pid;
+
+        if ((s = json_string_value(json_object_get(j, "cold"))))
+                return launch_go_cold(pl, s);
+        if ((s = json_string_value(json_object_get(j, "stale")))) {
+                /* It ends itself; the next launch starts a fresh one at once. */
+                char why[PATH_MAX + 128];
+                snprintf(why, sizeof why, "the preloaded launcher is renewed: %s", s);
+                launcher_dead(l, why, 0, false);
+                return launch_go_cold(pl, why);
+        }
+        pid = json_integer_value(json_object_get(j, "pid"));
+        /* Never act on a pid the launcher names unless it is provably this launch's kernel: our child (its
+         * intermediate parent gone) holding the pipe we made for it. */
+        if (pid <= 0 || pid > INT32_MAX || proc_pid_ppid((pid_t) pid) != getpid() ||
+            !pid_holds_pipe((pid_t) pid, pl->gofd)) {
+                const char *why = "the launcher named a process that is not the kernel it forked";
+                launcher_dead(l, why, PRELOAD_RETRY_USEC, false);
+                return launch_go_cold(pl, why);
+        }
+        launch_hand_over(pl, (pid_t) pid);
+}
+
+/* The deadline of the oldest request, from its being sent or from the answer before it. */
+static void launcher_arm(Launcher *l);
+
+static void launcher_timer_cb(uv_timer_t *t) {
+        Launcher *l = t->data;
+        char why[128], d[32];
+
+        if (l->state == LAUNCHER_STARTING)
+                snprintf(why, sizeof why, "the launcher did not say it was ready within %s",
+                         format_duration(d, sizeof d, l->pool->ready_msec * USEC_PER_MSEC));
+        else if (l->queue)
+                snprintf(why, sizeof why, "the launcher did not answer within %s",
+                         format_duration(d, sizeof d, l->pool->reply_msec * USEC_PER_MSEC));
+        else
+                return;
+        launcher_dead(l, why, PRELOAD_RETRY_USEC, false);
+}
+
+static void launcher_arm(Launcher *l) {
+        if (!l->timer)
+                return;
+        if (l->queue)
+                uv_timer_start(l->timer, launcher_timer_cb, l->pool->reply_msec, 0);
+        else
+                uv_timer_stop(l->timer);
 }
 
 static void launcher_poll_cb(uv_poll_t *h, int status, int events) {
         Launcher *l = h->data;
-        json_auto_t *j = launcher_recv(l);
+        json_auto_t *j = NULL;
+        int k = launcher_recv(l, &j);
         const char *unable = json_string_value(json_object_get(j, "unable"));
 
-        if (json_integer_value(json_object_get(j, "ready")) == l->pid) {
-                /* From now on the channel is used one request at a time, waiting for each answer. */
-                uv_close((uv_handle_t *) l->poll, poll_close_cb);
-                l->poll = NULL;
-                l->state = LAUNCHER_READY;
-                log_info("preloaded launcher %d (%s -m %s) is ready", (int) l->pid, l->key[0], l->key[1]);
+        if (k == -EAGAIN)
                 return;
+        if (k == 0)
+                /* Its end: how it ended (an exit code, a signal) comes with its exit, which is the better message;
+                 * what waits for it goes cold now. */
+                return launcher_dead(l, "the preloaded launcher closed its channel", PRELOAD_RETRY_USEC, true);
+        if (l->state == LAUNCHER_STARTING) {
+                if (json_integer_value(json_object_get(j, "ready")) == l->pid) {
+                        uv_timer_stop(l->timer);
+                        l->state = LAUNCHER_READY;
+                        log_info("preloaded launcher %d (%s -m %s) is ready", (int) l->pid, l->key[0], l->key[1]);
+                        return;
+                }
+                if (unable) {
+                        char why[600];
+                        snprintf(why, sizeof why, "cannot preload: %s", unable);
+                        return launcher_dead(l, why, PRELOAD_RETRY_USEC, false);
+                }
+                return launcher_dead(l, "the launcher said something else than ready", PRELOAD_RETRY_USEC, false);
         }
-        if (unable) {
-                char why[600];
-                snprintf(why, sizeof why, "cannot preload: %s", unable);
-                launcher_dead(l, why, PRELOAD_RETRY_USEC);
-                return;
-        }
-        if (!j) {
-                /* Its end: how it ended (an exit code, a signal) comes with its exit, which is the better message.
-                 * One that closed the channel and lives on is still "importing" to every launch: they go cold. */
-                uv_close((uv_handle_t *) l->poll, poll_close_cb);
-                l->poll = NULL;
-                return;
-        }
-        launcher_dead(l, "the launcher said something else than ready", PRELOAD_RETRY_USEC);
+        PreloadLaunch *pl = l->queue;
+        if (!pl)
+                return launcher_dead(l, "the launcher spoke unasked", PRELOAD_RETRY_USEC, false);
+        l->queue = pl->next;
+        pl->next = NULL;
+        launcher_arm(l);
+        launcher_answer(l, pl, j);
 }
 
 /* The key's first three rows; the environment follows. */
@@ -199,7 +519,8 @@ static int launcher_key(const SpawnParams *p, const char *module, char ***ret) {
 }
 
 /* Starts l's process: the interpreter running the launcher's file for the module, as the context's user, with
- * the environment of the key, the channel as its descriptor 3. Its "ready" comes through the loop. */
+ * the environment of the key, the channel as its descriptor 3. Its "ready" comes through the loop, within
+ * ready_msec. */
 static int launcher_start(Launcher *l) {
         char *argv[] = { l->key[0], l->pool->script, l->key[1], NULL };
         int sv[2], r;
@@ -220,21 +541,27 @@ static int launcher_start(Launcher *l) {
         if (r < 0) {
                 close(sv[0]);
                 l->pid = 0;
-                launcher_dead(l, err ?: strerror(-r), PRELOAD_RETRY_USEC);
+                launcher_dead(l, err ?: strerror(-r), PRELOAD_RETRY_USEC, false);
                 return r;
         }
         l->sock = sv[0];
         l->poll = malloc(sizeof(uv_poll_t));
-        if (!l->poll || uv_poll_init(l->pool->loop, l->poll, l->sock) < 0) {
+        l->timer = malloc(sizeof(uv_timer_t));
+        if (!l->poll || !l->timer || uv_poll_init(l->pool->loop, l->poll, l->sock) < 0) {
                 free(l->poll);
+                free(l->timer);
                 l->poll = NULL;
-                launcher_dead(l, "cannot watch the launcher", PRELOAD_RETRY_USEC);
+                l->timer = NULL;
+                launcher_dead(l, "cannot watch the launcher", PRELOAD_RETRY_USEC, false);
                 return -ENOMEM;
         }
-        l->poll->data = l;
+        uv_timer_init(l->pool->loop, l->timer);
+        l->poll->data = l->timer->data = l;
         uv_poll_start(l->poll, UV_READABLE, launcher_poll_cb);
+        uv_timer_start(l->timer, launcher_timer_cb, l->pool->ready_msec, 0);
         free(l->why);
         l->why = NULL;
+        l->why_weak = false;
         l->state = LAUNCHER_STARTING;
         log_info("preloaded launcher %d (%s -m %s) started", (int) l->pid, l->key[0], l->key[1]);
         return 0;
@@ -289,70 +616,6 @@ static int launcher_send(Launcher *l, const SpawnParams *p, int gofd, int errfd)
         return 0;
 }
 
-/* Whether pid holds the pipe whose other end is fd: only the kernel forked for this request does. */
-static bool pid_holds_pipe(pid_t pid, int fd) {
-        char dir[64], link[64], want[64];
-        struct stat st;
-        DIR *d;
-        bool found = false;
-
-        if (fstat(fd, &st) < 0)
-                return false;
-        snprintf(want, sizeof want, "pipe:[%lu]", (unsigned long) st.st_ino);
-        snprintf(dir, sizeof dir, "/proc/%d/fd", (int) pid);
-        d = opendir(dir);
-        if (!d)
-                return false;
-        for (struct dirent *de; !found && (de = readdir(d));) {
-                ssize_t k = readlinkat(dirfd(d), de->d_name, link, sizeof link - 1);
-                found = k > 0 && (link[k] = 0, streq(link, want));
-        }
-        closedir(d);
-        return found;
-}
-
-/* The launcher's answer to one request: the kernel's pid (>0), or 0 and *ret_cold. */
-static pid_t launcher_answer(Launcher *l, int gofd, char **ret_cold) {
-        json_auto_t *j = NULL;
-        const char *s;
-        json_int_t pid;
-        int k;
-
-        do
-                k = poll(&(struct pollfd){ .fd = l->sock, .events = POLLIN }, 1, PRELOAD_REPLY_MSEC);
-        while (k < 0 && errno == EINTR);
-        if (k == 0) {
-                launcher_dead(l, "the launcher did not answer within 3 s", PRELOAD_RETRY_USEC);
-                *ret_cold = strdup(l->why);
-                return 0;
-        }
-        j = launcher_recv(l);
-        if ((s = json_string_value(json_object_get(j, "cold")))) {
-                *ret_cold = strdup(s);
-                return 0;
-        }
-        if ((s = json_string_value(json_object_get(j, "stale")))) {
-                /* It ends itself; the next launch starts a fresh one at once. */
-                char why[PATH_MAX + 128];
-                snprintf(why, sizeof why, "the preloaded launcher is renewed: %s", s);
-                launcher_dead(l, why, 0);
-                *ret_cold = strdup(why);
-                return 0;
-        }
-        pid = json_integer_value(json_object_get(j, "pid"));
-        /* Never act on a pid the launcher names unless it is provably this launch's kernel: our child (its
-         * intermediate parent gone) holding the pipe we made for it. */
-        if (pid <= 0 || pid > INT32_MAX || proc_pid_ppid((pid_t) pid) != getpid() ||
-            !pid_holds_pipe((pid_t) pid, gofd)) {
-                launcher_dead(
-                        l, j ? "the launcher named a process that is not the kernel it forked" : "the launcher ended",
-                        PRELOAD_RETRY_USEC);
-                *ret_cold = strdup(l->why);
-                return 0;
-        }
-        return (pid_t) pid;
-}
-
 /* Ends the launcher used least recently when there are PRELOAD_LAUNCHERS_MAX. */
 static void launchers_make_room(PreloadPool *pool) {
         Launcher **oldest = NULL;
@@ -369,6 +632,18 @@ static void launchers_make_room(PreloadPool *pool) {
                 log_info("preloaded launcher %d (%s -m %s): ended, the least recently used of %d", (int) victim->pid,
                          victim->key[0], victim->key[1], PRELOAD_LAUNCHERS_MAX);
         launcher_free(victim);
+}
+
+static int user_copy(const SpawnUser *from, SpawnUser *to) {
+        *to = (SpawnUser){ 0 };
+        if (!from || !from->change)
+                return 0;
+        *to = (SpawnUser){ .change = true, .uid = from->uid, .gid = from->gid, .n_groups = from->n_groups };
+        to->groups = calloc((size_t) from->n_groups + 1, sizeof(gid_t));
+        if (!to->groups)
+                return -ENOMEM;
+        memcpy(to->groups, from->groups, sizeof(gid_t) * (size_t) from->n_groups);
+        return 0;
 }
 
 static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const char *module) {
@@ -392,16 +667,9 @@ static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const cha
                          .sock = -1,
                          .used_at = now_usec(CLOCK_MONOTONIC),
                          .next = pool->launchers };
-        if (p->user && p->user->change) {
-                l->user = (SpawnUser){ .change = true, .uid = p->user->uid, .gid = p->user->gid };
-                l->user.n_groups = p->user->n_groups;
-                l->user.groups = calloc((size_t) l->user.n_groups + 1, sizeof(gid_t));
-                if (l->user.groups)
-                        memcpy(l->user.groups, p->user->groups, sizeof(gid_t) * (size_t) l->user.n_groups);
-                else {
-                        launcher_free(l);
-                        return NULL;
-                }
+        if (user_copy(p->user, &l->user) < 0) {
+                launcher_free(l);
+                return NULL;
         }
         pool->launchers = l;
         (void) launcher_start(l);
@@ -414,11 +682,31 @@ static bool subreaper(void) {
         return getpid() == 1 || (prctl(PR_GET_CHILD_SUBREAPER, &on) >= 0 && on);
 }
 
-int preload_spawn(PreloadPool *pool, const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error,
-                  char **ret_cold) {
+/* What the launch keeps of p: to place the kernel once it is named, or to go cold with. */
+static PreloadLaunch *launch_new(PreloadPool *pool, Launcher *l, const SpawnParams *p) {
+        PreloadLaunch *pl = calloc(1, sizeof *pl);
+
+        if (!pl)
+                return NULL;
+        *pl = (PreloadLaunch){ .pool = pool, .l = l, .gofd = -1, .errfd = -1, .p = *p };
+        pl->p.stdout_fd = fcntl(p->stdout_fd, F_DUPFD_CLOEXEC, 3);
+        if (pl->p.stdout_fd < 0 || strv_copy(p->argv, &pl->argv) < 0 || strv_copy(p->env, &pl->env) < 0 ||
+            !(pl->cwd = strdup(p->cwd ?: "/")) || user_copy(p->user, &pl->user) < 0) {
+                launch_free(pl);
+                return NULL;
+        }
+        pl->p.argv = pl->argv;
+        pl->p.env = pl->env;
+        pl->p.cwd = pl->cwd;
+        pl->p.user = &pl->user;
+        return pl;
+}
+
+int preload_spawn(PreloadPool *pool, const SpawnParams *p, const PreloadCallbacks *cb, void *userdata,
+                  PreloadLaunch **ret_launch, char **ret_cold) {
         const char *module = argv_python_module(p->argv), *why;
         int gopipe[2], errpipe[2], r;
-        pid_t pid;
+        PreloadLaunch *pl;
         Launcher *l;
 
         if (!module) {
@@ -439,35 +727,46 @@ int preload_spawn(PreloadPool *pool, const SpawnParams *p, pid_t *ret_pid, int *
                 *ret_cold = strdup(why);
                 return -EAGAIN;
         }
-        if (pipe2(gopipe, O_CLOEXEC) < 0)
-                return -errno;
-        if (pipe2(errpipe, O_CLOEXEC) < 0) {
-                close(gopipe[0]);
-                close(gopipe[1]);
+        pl = launch_new(pool, l, p);
+        if (!pl)
+                return -ENOMEM;
+        pl->cb = cb;
+        pl->userdata = userdata;
+        if (pipe2(gopipe, O_CLOEXEC) < 0) {
+                launch_free(pl);
                 return -errno;
         }
-        r = launcher_send(l, p, gopipe[0], errpipe[1]);
+        if (pipe2(errpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+                close(gopipe[0]);
+                close(gopipe[1]);
+                launch_free(pl);
+                return -errno;
+        }
+        /* The kernel's end is blocking: a forked child inherits the flag (O_NONBLOCK is the file's, not the
+         * descriptor's), and it writes its report in one piece. Ours only is read on the loop. */
+        r = fcntl(errpipe[1], F_SETFL, 0) < 0 ? -errno : launcher_send(l, p, gopipe[0], errpipe[1]);
         close(gopipe[0]);
         close(errpipe[1]);
-        pid = r < 0 ? 0 : launcher_answer(l, gopipe[1], ret_cold);
+        pl->gofd = gopipe[1];
+        pl->errfd = errpipe[0];
         if (r < 0) {
                 char why_send[160];
                 snprintf(why_send, sizeof why_send, "cannot send the launch request: %s", strerror(-r));
                 /* A request too large for it says nothing about the launcher. */
                 if (r != -E2BIG && r != -EMSGSIZE)
-                        launcher_dead(l, why_send, PRELOAD_RETRY_USEC);
+                        launcher_dead(l, why_send, PRELOAD_RETRY_USEC, false);
                 *ret_cold = strdup(why_send);
-        }
-        if (pid == 0) {
-                /* Without its word a kernel that was forked exits before it runs anything. */
-                close(gopipe[1]);
-                close(errpipe[0]);
+                launch_free(pl);
                 return -EAGAIN;
         }
-        r = spawn_finish(p, pid, errpipe[0], gopipe[1], PRELOAD_SETUP_MSEC, ret_pid, ret_pidfd, ret_error);
-        if (r == -ETIMEDOUT)
-                launcher_dead(l, "a kernel it forked did not finish its setup within 3 s", PRELOAD_RETRY_USEC);
-        return r;
+        PreloadLaunch **tail = &l->queue;
+        while (*tail)
+                tail = &(*tail)->next;
+        *tail = pl;
+        if (l->queue == pl)
+                launcher_arm(l);
+        *ret_launch = pl;
+        return 0;
 }
 
 bool preload_child_exited(PreloadPool *pool, pid_t pid) {
@@ -484,12 +783,12 @@ bool preload_child_exited(PreloadPool *pool, pid_t pid) {
                 else
                         snprintf(why, sizeof why, "the preloaded launcher was killed by SIG%s",
                                  sigabbrev_np(si.si_status) ?: "?");
-                if (l->state != LAUNCHER_DEAD)
+                if (l->state != LAUNCHER_DEAD || l->why_weak)
                         log_warning("preloaded launcher %d (%s -m %s): %s", (int) pid, l->key[0], l->key[1], why);
                 close(l->pidfd);
                 l->pidfd = -1;
                 l->pid = 0;
-                launcher_dead(l, why, PRELOAD_RETRY_USEC);
+                launcher_dead(l, why, PRELOAD_RETRY_USEC, false);
                 /* One that asked to be renewed (what it imported changed) is started again at once. */
                 if (now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC)
                         (void) launcher_start(l);

@@ -19,14 +19,37 @@ int preload_pool_new(uv_loop_t *loop, const char *script, PreloadPool **ret);
  * callbacks, so the loop must run afterwards. NULL-safe. */
 void preload_pool_free(PreloadPool *pool);
 
-/* Launches p (argv `PYTHON -m MODULE ...`, p->prepare set) through the launcher for its interpreter, module,
- * user and environment, starting that launcher when there is none. Returns as spawn_kernel() does, or -EAGAIN
- * when nothing was launched and the caller should launch cold: *ret_cold (owned by the caller) then says why
- * ("the preloaded launcher is starting", "... exited with code 1", ...). Waits for the launcher's answer and for
- * the kernel's setup a bounded time each; a launcher that does not answer in time is ended, and launches go
- * cold until it is started again (at most every 10 s). */
-int preload_spawn(PreloadPool *pool, const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **ret_error,
-                  char **ret_cold);
+/* One launch sent to a launcher, from the request to the kernel's setup report; the pool owns it. */
+typedef struct PreloadLaunch PreloadLaunch;
+
+typedef struct PreloadCallbacks {
+        /* The launcher answered, or cannot: r = 0, the kernel pid (placed: p->prepare ran, and it was let go or
+         * is deferred) with its pidfd (the caller's); r < 0, no kernel, and msg says why (p->prepare refused);
+         * r = -EAGAIN, nothing was launched: launch cold with p (valid during the call) and say msg. */
+        void (*launched)(PreloadLaunch *pl, void *userdata, int r, pid_t pid, int pidfd, const char *msg,
+                         const SpawnParams *p);
+        /* After launched(0): the kernel's setup is done (msg NULL) or failed (msg says which step; it exits,
+         * and a kernel that did not finish in time is killed). The handle is gone afterwards. */
+        void (*setup_done)(PreloadLaunch *pl, void *userdata, const char *msg);
+} PreloadCallbacks;
+
+/* Asks the launcher for p's interpreter, module, user and environment (argv `PYTHON -m MODULE ...`, p->prepare
+ * set) for a kernel, starting that launcher when there is none. Never waits: 0 and *ret_launch when the request
+ * is out (cb's answers come on the loop: at most 3 s for the launcher's answer, 3 s for the kernel's setup once
+ * it is let go; a launcher that dies or hangs meanwhile sends its waiting launches cold at once, a hung one
+ * is ended, and launches go cold until it is started again, at most every 10 s). -EAGAIN when nothing was sent
+ * and the caller should launch cold: *ret_cold (owned by the caller) then says why ("the preloaded launcher is
+ * still importing", "... exited with code 1", ...). Other negative errnos: out of memory. */
+int preload_spawn(PreloadPool *pool, const SpawnParams *p, const PreloadCallbacks *cb, void *userdata,
+                  PreloadLaunch **ret_launch, char **ret_cold);
+
+/* The kernel of pl (handed over, in its setup) has exited: its report is read now, so setup_done() comes
+ * before the caller tells of the exit. No-op for one not handed over. */
+void preload_launch_settle(PreloadLaunch *pl);
+
+/* The caller is gone (or stopped the launch): cb is not called again. A kernel the launcher forks for it is
+ * killed before it runs anything, one already handed over is the caller's. NULL-safe. */
+void preload_launch_cancel(PreloadLaunch *pl);
 
 /* A child the supervisor's SIGCHLD scan saw exit (not yet reaped): when it is one of the pool's launchers,
  * reaps it, notes why it ended (the next launch through it goes cold and says so) and returns true. */

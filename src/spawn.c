@@ -125,9 +125,17 @@ void spawn_user_done(SpawnUser *u) {
 
 static bool env_is_private(const char *e) {
         static const char *const names[] = {
-                "NOTIFY_SOCKET",  "WATCHDOG_USEC",    "WATCHDOG_PID",
-                "LISTEN_FDS",     "LISTEN_PID",       "LISTEN_FDNAMES",
-                "JPY_PARENT_PID", "KERNELSUP_SOCKET", "KERNELSUP_PRELOAD_SCRIPT",
+                "NOTIFY_SOCKET",
+                "WATCHDOG_USEC",
+                "WATCHDOG_PID",
+                "LISTEN_FDS",
+                "LISTEN_PID",
+                "LISTEN_FDNAMES",
+                "JPY_PARENT_PID",
+                "KERNELSUP_SOCKET",
+                "KERNELSUP_PRELOAD_SCRIPT",
+                "KERNELSUP_PRELOAD_READY_MSEC",
+                "KERNELSUP_PRELOAD_REPLY_MSEC",
         };
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
                 size_t n = strlen(names[i]);
@@ -273,10 +281,17 @@ static int exec_result(int errfd, const char *exe, const char *cwd, int timeout_
         close(errfd);
         if (k != (ssize_t) sizeof msg)
                 return 0;
-        const char *what = msg[0] == 6 ? cwd : msg[0] == 8 ? exe : NULL;
-        if (asprintf(ret_error, "%s%s%s: %s", step_name(msg[0]), what ? " " : "", what ?: "", strerror(msg[1])) < 0)
-                *ret_error = NULL;
+        *ret_error = spawn_report_error(msg, exe, cwd);
         return -msg[1];
+}
+
+char *spawn_report_error(const int report[2], const char *exe, const char *cwd) {
+        const char *what = report[0] == 6 ? cwd : report[0] == 8 ? exe : NULL;
+        char *s;
+
+        if (asprintf(&s, "%s%s%s: %s", step_name(report[0]), what ? " " : "", what ?: "", strerror(report[1])) < 0)
+                return NULL;
+        return s;
 }
 
 /* The caller signals the child's process group (kill(-pid)) from the moment spawn_kernel() returns; without
@@ -296,7 +311,7 @@ int spawn_release(SpawnPending *sp, char **ret_error) {
 
         (void) !write(sp->gofd, "g", 1);
         close(sp->gofd);
-        r = exec_result(sp->errfd, sp->exe ?: "?", sp->cwd ?: "/", sp->timeout_msec, ret_error);
+        r = sp->errfd < 0 ? 0 : exec_result(sp->errfd, sp->exe ?: "?", sp->cwd ?: "/", sp->timeout_msec, ret_error);
         free(sp->exe);
         free(sp->cwd);
         *sp = (SpawnPending){ .gofd = -1, .errfd = -1, .timeout_msec = -1 };
@@ -307,7 +322,8 @@ void spawn_pending_drop(SpawnPending *sp) {
         if (sp->gofd < 0)
                 return;
         close(sp->gofd);
-        close(sp->errfd);
+        if (sp->errfd >= 0)
+                close(sp->errfd);
         free(sp->exe);
         free(sp->cwd);
         *sp = (SpawnPending){ .gofd = -1, .errfd = -1, .timeout_msec = -1 };
@@ -365,7 +381,8 @@ int spawn_finish(const SpawnParams *p, pid_t pid, int errfd, int gofd, int timeo
                 int e = errno;
                 (void) kill(pid, SIGKILL);
                 (void) waitpid(pid, NULL, 0);
-                close(errfd);
+                if (errfd >= 0)
+                        close(errfd);
                 if (gofd >= 0)
                         close(gofd);
                 return -e;
@@ -375,7 +392,8 @@ int spawn_finish(const SpawnParams *p, pid_t pid, int errfd, int gofd, int timeo
                 if (r < 0) {
                         /* Without its byte the child exits before exec; SIGKILL makes sure. */
                         close(gofd);
-                        close(errfd);
+                        if (errfd >= 0)
+                                close(errfd);
                         (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
                         (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);
                         return r;
@@ -396,7 +414,7 @@ int spawn_finish(const SpawnParams *p, pid_t pid, int errfd, int gofd, int timeo
                 (void) !write(gofd, "g", 1);
                 close(gofd);
         }
-        k = exec_result(errfd, p->argv[0], p->cwd ?: "/", timeout_msec, ret_error);
+        k = errfd < 0 ? 0 : exec_result(errfd, p->argv[0], p->cwd ?: "/", timeout_msec, ret_error);
         if (k < 0) {
                 (void) pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
                 (void) waitid(P_PIDFD, (id_t) pidfd, &(siginfo_t){ 0 }, WEXITED);

@@ -65,7 +65,8 @@ typedef struct SpawnPending {
 } SpawnPending;
 
 /* Lets a deferred child exec and waits (as spawn_kernel() does) for the exec to
- * succeed or fail: 0, or the negative errno with *ret_error naming the step.
+ * succeed or fail: 0, or the negative errno with *ret_error naming the step
+ * (at once 0 when errfd is -1: the report is read elsewhere).
  * The child is not reaped here: it has exited then, and its pidfd says so.
  * Frees the handle either way. */
 int spawn_release(SpawnPending *sp, char **ret_error);
@@ -86,7 +87,11 @@ int spawn_kernel(const SpawnParams *p, pid_t *ret_pid, int *ret_pidfd, char **re
 /* The part of a launch after the child exists, for spawn_kernel() and for a kernel a preloaded launcher
  * forked (preload.c): takes a pidfd for pid (our child, not yet reaped), runs p->prepare, lets the child go
  * through gofd (-1 without prepare) and reads its report on errfd, waiting at most timeout_msec (-1: until it
- * comes; a late child is killed, -ETIMEDOUT). Owns errfd and gofd (closes them, or hands them to
- * *p->pending). Returns as spawn_kernel() does. */
+ * comes; a late child is killed, -ETIMEDOUT). errfd -1: the caller reads the report itself, on its loop.
+ * Owns errfd and gofd (closes them, or hands them to *p->pending). Returns as spawn_kernel() does. */
+/* The sentence for a child's report of a failed step (two ints: step and errno), as spawn_kernel() gives it
+ * ("chdir /x: No such file or directory"); NULL on out of memory. */
+char *spawn_report_error(const int report[2], const char *exe, const char *cwd);
+
 int spawn_finish(const SpawnParams *p, pid_t pid, int errfd, int gofd, int timeout_msec, pid_t *ret_pid,
                  int *ret_pidfd, char **ret_error);

@@ -6,9 +6,10 @@
 KS_BUILD_PKGS="gcc make autoconf automake libtool pkg-config libuv1-dev libsystemd-dev libjansson-dev
 libinih-dev libzmq3-dev libssl-dev python3-ipykernel python3-jupyter-client"
 # Tests: the systemd container recipe, process tools, matplotlib for plots; building and linting
-# the Debian package (tests/systemd/test-package.py); the OpenMetrics parser (test-metrics.py).
+# the Debian package (tests/systemd/test-package.py); the OpenMetrics parser (test-metrics.py); pip for
+# test-preload.py's offline `pip install --user`.
 KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy clang-format
-binutils dpkg-dev debhelper devscripts lintian python3-prometheus-client"
+binutils dpkg-dev debhelper devscripts lintian python3-prometheus-client python3-pip"
 
 ks_install_missing() {
         local missing=() p

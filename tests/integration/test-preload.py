@@ -2,17 +2,21 @@
 one of the same settings (argv, executable, sys.path with the cwd entry, environment, cwd, ids, limits, signal
 dispositions and mask, parent, history, command line, stdio, session), runs as the context's user (the launcher
 too, never root), is watched like a cold one (exit status, restart, group kill, output to the log, adoption
-after a daemon crash), picks up a package installed into the user's site directory at its next restart, and
-every launch the launcher cannot serve (it is still importing, it was killed, it named a process that is not
-its kernel, it does not answer) is a cold start at once, with status saying which way and why. Needs root
-(a test user)."""
+after a daemon crash, an OOM kill in its own memory cgroup), picks up a package `pip install --user` put into
+the user's site directory at its next restart, and every launch the launcher cannot serve (it is still
+importing, it was killed, it named a process that is not its kernel, it hangs or dies with the launch waiting,
+it never says it is ready) is a cold start, with status saying which way and why, while the daemon's loop
+goes on answering other contexts. Needs root (a test user)."""
 
+import base64
+import hashlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -138,23 +142,92 @@ def watched(tap, d):
     tap.eq(c["started"], "preloaded", "start after stop goes through the launcher")
 
 
+def make_wheel(directory):
+    """A tiny pure-Python wheel, ks_pipdemo 1.0 (module ks_pipdemo, X = 42), for an offline pip install."""
+    files = {"ks_pipdemo/__init__.py": "X = 42\n",
+             "ks_pipdemo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: ks-pipdemo\nVersion: 1.0\n",
+             "ks_pipdemo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test-preload\nRoot-Is-Purelib: true\n"
+                                                "Tag: py3-none-any\n"}
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    files["ks_pipdemo-1.0.dist-info/RECORD"] = "\n".join(record + ["ks_pipdemo-1.0.dist-info/RECORD,,"]) + "\n"
+    path = os.path.join(directory, "ks_pipdemo-1.0-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    os.chmod(path, 0o644)
+    return path
+
+
+# The command `%pip install --user PKG` runs, offline. The %pip magic itself goes through the user's login shell,
+# which is nologin for a test user, so the cell runs the same command with subprocess. Debian marks its Python
+# as externally managed (PEP 668): a user install needs --break-system-packages there, as %pip would.
+PIP_CELL = """import subprocess
+r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--user", "--no-index", "--no-cache-dir",
+                    "--break-system-packages", "--disable-pip-version-check", {wheel!r}],
+                   capture_output=True, text=True)
+print(r.returncode)
+print(r.stdout[-1500:] + r.stderr[-1500:])"""
+
+
 def new_package(tap, d):
-    """As `%pip install --user PKG` leaves it: a module in the user's site directory, which did not exist
-    when the launcher started (so its sys.path lacks it)."""
-    r = d.ctl("exec", "p1", "import site, os\np = site.getusersitepackages()\nos.makedirs(p, exist_ok=True)\n"
-              "open(os.path.join(p, 'ks_newpkg.py'), 'w').write('X = 42\\n')")
-    tap.eq(r.returncode, 0, "a package is installed into the user's site directory from a cell", r.stderr)
+    """A real `pip install --user` from a cell of a preloaded kernel: the user's site directory did not exist when
+    the launcher started (so its sys.path lacks it); after `kernelctl restart` the launcher is renewed and the new
+    kernel imports the package."""
+    if subprocess.run(["/usr/bin/python3", "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        for name in ("pip install --user from a cell", "the restart after it renews the launcher",
+                     "the restarted kernel imports the new package", "the renewed launcher serves the next launch"):
+            tap.skip(name, "/usr/bin/python3 has no pip (apt-get install python3-pip; tools/deps.sh lists it)")
+        return
+    wheel = make_wheel(d.tmp)
+    r = d.ctl("exec", "p1", PIP_CELL.format(wheel=wheel), timeout=180)
+    text = output(r.stdout)
+    tap.ok(r.returncode == 0 and text.startswith("0\n") and "Successfully installed ks-pipdemo-1.0" in text,
+           "pip install --user --no-index of a wheel built here, from a cell of the preloaded kernel", text + r.stderr)
+    r = d.ctl("exec", "p1", "import ks_pipdemo")
+    tap.ok(r.returncode != 0, "the running kernel does not see it yet (its sys.path was set at its start)",
+           r.stdout[-300:])
     mark = d.log_mark()
     c = restart_preloaded(d, "p1")
     tap.ok("renewed" in (c["start_note"] or ""), "the restart after it is cold: the launcher is renewed",
            repr(c["start_note"]))
-    r = d.ctl("exec", "p1", "import ks_newpkg; print(ks_newpkg.X)")
-    tap.eq(output(r.stdout), "42\n", "the restarted kernel imports the new package")
+    r = d.ctl("exec", "p1", "import ks_pipdemo; print(ks_pipdemo.X, ks_pipdemo.__file__)")
+    tap.ok(output(r.stdout).startswith("42 " + d.user.home), "the restarted kernel imports the new package "
+           "from the user's site directory", r.stdout + r.stderr)
     d.wait_log("is ready", mark, timeout=120)
     c = restart_preloaded(d, "p2")
     tap.eq(c["started"], "preloaded", "the renewed launcher serves the next launch")
-    r = d.ctl("exec", "p2", "import ks_newpkg; print(ks_newpkg.X)")
+    r = d.ctl("exec", "p2", "import ks_pipdemo; print(ks_pipdemo.X)")
     tap.eq(output(r.stdout), "42\n", "and its kernel imports the new package too")
+
+
+def oom_killed(tap, d):
+    """A preloaded kernel in its own memory cgroup (memory_max) allocating past it: the OOM killer ends it, the
+    death is reported as an OOM kill, the launcher lives on and the next kernel is preloaded again."""
+    c = d.context("p3")
+    if c["started"] != "preloaded":
+        c = restart_preloaded(d, "p3")
+    lim = c.get("limits") or {}
+    if lim.get("mechanism") not in ("cgroup", "scope") or "memory_max" not in lim.get("enforced", []):
+        for name in ("an OOM kill of a preloaded kernel is reported as one", "its launcher survives it",
+                     "the next kernel is preloaded"):
+            tap.skip(name, f"no memory cgroup of its own for the kernel here: mechanism {lim.get('mechanism')!r}, "
+                           f"enforced {lim.get('enforced')!r}, note {lim.get('note')!r}")
+        return
+    tap.eq(c["started"], "preloaded", "p3 (memory_max = 200M) runs a preloaded kernel")
+    before = launcher_pids(d)
+    r = d.ctl("exec", "p3", "b = bytearray(400 * 1024 * 1024)\nb[::4096] = b'x' * (len(b) // 4096)", timeout=120)
+    tap.ok(r.returncode == 1 and "OOM killer" in r.stderr, "a cell past memory_max: kernelctl says the OOM killer "
+           "killed the kernel", r.stderr[-500:])
+    after = d.wait_context("p3", lambda x: x["state"] == "ready" and x["kernel_id"] != c["kernel_id"],
+                           "p3 ready again with a new kernel", 120)
+    le = after.get("last_exit") or {}
+    tap.eq((le.get("reason"), le.get("oom"), le.get("signal")), ("oom-kill", True, "SIGKILL"),
+           "an OOM kill of a preloaded kernel is reported as one", repr(le))
+    tap.ok(before and launcher_pids(d) == before, "its launcher survives it", f"{before} then {launcher_pids(d)}")
+    tap.eq((after["started"], after["start_note"]), ("preloaded", None), "the next kernel is preloaded")
 
 
 def launcher_killed(tap, d):
@@ -234,6 +307,139 @@ def hostile_launchers(tap):
     d.stop()
 
 
+BROKEN = """import json, os, socket, time
+s = socket.socket(fileno=3)
+mode = os.environ["MODE"]
+if mode == "silent":
+    time.sleep(600)  # never says it is ready
+s.send(json.dumps({"ready": os.getpid()}).encode())
+if mode == "chatty":
+    s.send(json.dumps({"pid": 1}).encode())  # an answer nobody asked for
+while True:
+    m, anc, _, _ = s.recvmsg(1 << 20, 64)
+    if not m:
+        break
+    open(os.environ["MARK"] + "." + mode, "w").close()
+    if mode.startswith("hang"):
+        time.sleep(600)  # never answers
+    os._exit(3)  # dies with the launch waiting
+"""
+
+
+def broken_launchers(tap):
+    """A launcher that hangs with a launch waiting, one that dies with a launch waiting, one that never says it
+    is ready, one that answers unasked. None of them holds the daemon's loop: while the hanging one is asked,
+    another context's status and cells are answered, and a stop of the waiting context is at once. The dying
+    one's launch goes cold at once, the hanging one's at the answer deadline, and status says why; the silent
+    one is ended at the ready deadline. Both deadlines are the test's (the daemon's environment): the ready one
+    shortened, the answer one long enough for a loaded machine."""
+    d = harness.Daemon(tap)
+    script = os.path.join(d.tmp, "broken.py")
+    with open(script, "w") as f:
+        f.write(BROKEN)
+    mark = os.path.join(d.tmp, "asked")
+    def config(h3_mode):
+        d.write_config("[context:v]\npreload = no\n[context:h]\nenv = MODE=hang\n[context:x]\nenv = MODE=die\n"
+                       "[context:s]\nenv = MODE=silent\n[context:u]\nenv = MODE=chatty\n"
+                       f"[context:h2]\nenv = MODE=hang2\n[context:h3]\nenv = MODE={h3_mode}\n",
+                       defaults=f"argv = {harness.IPYKERNEL_ARGV}\nenv = MARK={mark}\n")
+    config("hang3")
+    d.preload_script = script
+    reply = harness.scaled(10)
+    deadlines = {"KERNELSUP_PRELOAD_READY_MSEC": "2000", "KERNELSUP_PRELOAD_REPLY_MSEC": str(int(reply * 1000))}
+    os.environ.update(deadlines)
+    try:
+        d.start()
+    finally:
+        for k in deadlines:
+            os.environ.pop(k, None)
+    d.wait_all_ready(("v", "h", "x", "s", "u", "h2", "h3"))
+    harness.wait_until(lambda: d.log_since(0).count("is ready") >= 5, 60, "the hanging and dying launchers' ready")
+
+    # Silent: ended at the ready deadline.
+    d.wait_log("the launcher did not say it was ready within 2s", timeout=60)
+    silent = lambda: [p for p in harness.all_pids() if script in (harness.proc_cmdline(p) or [])  # noqa: E731
+                      and harness.alive(p) and (harness.proc_environ(p) or {}).get("MODE") == "silent"
+                      and (harness.proc_stat(p) or (0, 0))[1] == d.proc.pid]
+    harness.wait_until(lambda: not silent(), 30, "the silent launcher to be gone")
+    tap.ok(True, "a launcher that never says it is ready is ended at the ready deadline, and the log says so")
+
+    # Chatty: an answer nobody asked for ends it; nothing is taken from it.
+    d.wait_log("the launcher spoke unasked", timeout=60)
+    tap.eq(d.context("u")["state"], "ready", "a launcher that answers unasked is ended; its context's kernel is "
+           "untouched")
+
+    # Hanging: the loop is free while its answer is awaited.
+    old = d.context("h")
+    # kernelctl restart waits for the new kernel: in the background.
+    restart = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "restart", "h"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    harness.wait_until(lambda: os.path.exists(mark + ".hang"), 60, "the hanging launcher to have the request")
+    st = {c["name"]: c for c in d.status()["contexts"]}
+    tap.ok(st["h"]["state"] == "starting" and st["h"]["pid"] is None,
+           "while the hanging launcher is asked, a status is answered: h starting, no pid yet", repr(st["h"]))
+    tap.eq(st["v"]["state"], "ready", "and it shows the other context ready")
+    r = d.ctl("exec", "v", "print(6 * 7)")
+    tap.eq(output(r.stdout), "42\n", "another context's cell runs meanwhile")
+    tap.eq(d.context("h")["pid"], None, "and h's launch still waits for its launcher after it")
+    _, err = restart.communicate(timeout=harness.scaled(120))
+    tap.eq(restart.returncode, 0, "kernelctl restart of h returns 0 once the cold kernel is ready", err)
+    h = d.wait_context("h", lambda c: c["state"] == "ready" and c["kernel_id"] != old["kernel_id"],
+                       "h ready again", 120)
+    tap.ok(h["started"] == "cold" and "did not answer within" in (h["start_note"] or ""),
+           "a hanging launcher: the waiting launch goes cold at the answer deadline, and status says why",
+           repr(h["start_note"]))
+
+    # A stop while a launch waits for its (hanging) launcher: the launch is dropped, and no kernel follows when the
+    # launcher misses its deadline; a start after it goes cold, saying why.
+    restart = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "restart", "h2"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness.wait_until(lambda: os.path.exists(mark + ".hang2"), 60, "the second hanging launcher to have the request")
+    mark_log = d.log_mark()
+    r = d.ctl("stop", "h2", timeout=60)
+    c = d.context("h2")
+    tap.eq((r.returncode, c["state"], c["pid"]), (0, "stopped", None),
+           "a stop while the launch waits for its launcher: stopped at once, no kernel", r.stdout + r.stderr)
+    restart.wait(timeout=harness.scaled(60))
+    d.wait_log("the launcher did not answer within", mark_log, timeout=60)
+    c = d.context("h2")
+    tap.eq((c["state"], c["pid"]), ("stopped", None), "the dropped launch stays dropped past the answer deadline")
+    r = d.ctl("start", "h2", timeout=120)
+    c = d.context("h2")
+    tap.ok(r.returncode == 0 and c["state"] == "ready" and c["started"] == "cold"
+           and "did not answer within" in (c["start_note"] or ""),
+           "started again: cold once the hanging launcher misses the deadline", r.stdout + r.stderr + repr(c))
+
+    # Dying: its waiting launch goes cold at once.
+    old = d.context("x")
+    mark_log = d.log_mark()
+    d.ctl("restart", "x", timeout=60)
+    x = d.wait_context("x", lambda c: c["state"] == "ready" and c["kernel_id"] != old["kernel_id"],
+                       "x ready again", 120)
+    note = x["start_note"] or ""
+    tap.ok(x["started"] == "cold" and ("exited with code 3" in note or "closed its channel" in note),
+           "a launcher that dies with a launch waiting: that launch goes cold at once, and status says why",
+           repr(note))
+    d.wait_log("the preloaded launcher exited with code 3", mark_log)
+    tap.ok(os.path.exists(mark + ".die"), "the dying launcher had the request")
+
+    # A reload that changes the process settings of a context whose launch waits for its (hanging) launcher: the
+    # launch starts over with the new settings, here through another launcher, still importing, so cold at once,
+    # rather than after the old launcher's deadline.
+    restart = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "restart", "h3"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness.wait_until(lambda: os.path.exists(mark + ".hang3"), 60, "the third hanging launcher to have the request")
+    config("hang4")
+    r = d.ctl("reload", timeout=60)
+    tap.eq(r.returncode, 0, "reload with h3's environment changed", r.stdout + r.stderr)
+    c = d.wait_context("h3", lambda c: c["state"] == "ready", "h3 ready after the reload", 120)
+    tap.ok(c["started"] == "cold" and "still importing" in (c["start_note"] or ""),
+           "a restart of a launch waiting for its launcher starts it over at once, with the new settings",
+           repr(c["start_note"]))
+    restart.wait(timeout=harness.scaled(60))
+    d.stop()
+
+
 def launcher_cannot_start(tap):
     """A launcher that cannot start (its file is missing): launches are cold at once and say why."""
     d = harness.Daemon(tap)
@@ -280,7 +486,7 @@ def run(tap):
     try:
         work = os.path.join(d.user.home, "work")
         d.user.run("mkdir", work)
-        d.write_config("[context:p1]\n[context:p2]\n[context:c1]\npreload = no\n",
+        d.write_config("[context:p1]\n[context:p2]\n[context:p3]\nmemory_max = 200M\n[context:c1]\npreload = no\n",
                        defaults=f"user = {d.user.name}\ncwd = {work}\nenv = FOO=bar baz\nstart_timeout = 120s\n"
                                                                               "memory_max = 3G\n")
         d.start()
@@ -292,6 +498,8 @@ def run(tap):
             adoption(tap, d)
         with tap.guard("a new package"):
             new_package(tap, d)
+        with tap.guard("an OOM kill"):
+            oom_killed(tap, d)
         with tap.guard("the launcher killed"):
             launcher_killed(tap, d)
         d.stop()
@@ -301,6 +509,8 @@ def run(tap):
         hostile_launchers(tap)
     with tap.guard("a launcher that cannot start"):
         launcher_cannot_start(tap)
+    with tap.guard("launchers that hang, die or never say they are ready"):
+        broken_launchers(tap)
 
 
 harness.main(run)
