@@ -4,9 +4,11 @@
  * iopub, as a real kernel does), and exits on shutdown_request (broadcasting
  * its shutdown_reply on iopub too, as ipykernel does). A few MiB
  * each instead of ipykernel's ~50.
- *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f CONNECTION_FILE
+ *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] [--rep-heartbeat] -f CONNECTION_FILE
  * For the stop escalation and the restart policy, it can misbehave: exit at
- * once with CODE, answer shutdown_request but keep running, ignore SIGTERM. */
+ * once with CODE, answer shutdown_request but keep running, ignore SIGTERM.
+ * --rep-heartbeat makes the heartbeat a REP socket, as IRkernel's and tslab's
+ * are: it drops a ping that lacks the REQ delimiter frame. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -118,7 +120,7 @@ static int handle(void *sock, void *iopub, int *count) {
         return r;
 }
 
-/* The heartbeat is a ROUTER echo, as ipykernel's. */
+/* The heartbeat is a ROUTER echo, as ipykernel's, or a REP (which strips the envelope and puts it back). */
 static void echo(void *hb) {
         zmq_msg_t frames[8];
         int n = recv_multipart(hb, frames, 8);
@@ -130,7 +132,7 @@ static void echo(void *hb) {
 }
 
 int main(int argc, char *argv[]) {
-        static const int types[_CHANNEL_MAX] = {
+        int types[_CHANNEL_MAX] = {
                 [CHANNEL_SHELL] = ZMQ_ROUTER,   [CHANNEL_IOPUB] = ZMQ_PUB, [CHANNEL_STDIN] = ZMQ_ROUTER,
                 [CHANNEL_CONTROL] = ZMQ_ROUTER, [CHANNEL_HB] = ZMQ_ROUTER,
         };
@@ -147,11 +149,13 @@ int main(int argc, char *argv[]) {
                         ignore_shutdown = true;
                 else if (streq(argv[i], "--ignore-term"))
                         signal(SIGTERM, SIG_IGN);
+                else if (streq(argv[i], "--rep-heartbeat"))
+                        types[CHANNEL_HB] = ZMQ_REP;
                 else if (streq(argv[i], "-f") && i + 1 < argc)
                         file = argv[++i];
                 else {
-                        fprintf(stderr, "usage: stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f "
-                                        "CONNECTION_FILE\n");
+                        fprintf(stderr, "usage: stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] "
+                                        "[--rep-heartbeat] -f CONNECTION_FILE\n");
                         return 2;
                 }
         }
