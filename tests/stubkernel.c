@@ -8,7 +8,11 @@
  * For the stop escalation and the restart policy, it can misbehave: exit at
  * once with CODE, answer shutdown_request but keep running, ignore SIGTERM.
  * --rep-heartbeat makes the heartbeat a REP socket, as IRkernel's and tslab's
- * are: it drops a ping that lacks the REQ delimiter frame. */
+ * are: it drops a ping that lacks the REQ delimiter frame.
+ * Two cells behave otherwise: "abort" is answered status "abort" without an
+ * execution_count (as tslab answers a cell it aborted), and "hang" runs until an
+ * interrupt_request comes on control (SIGINT is ignored), then ends with a
+ * KeyboardInterrupt error. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -25,6 +29,15 @@
 static const char *key;
 static const char *session = "stubkernel";
 static bool ignore_shutdown;
+
+/* The "hang" cell: its request (frames kept, parsed into req) until an interrupt_request ends it. */
+static struct {
+        bool running;
+        zmq_msg_t frames[32];
+        int n, ids;
+        JupyterMsg req;
+        void *sock;
+} hang;
 
 /* Receives one multipart message: up to max frames (longer ones are cut). */
 static int recv_multipart(void *sock, zmq_msg_t *frames, int max) {
@@ -99,10 +112,26 @@ static int handle(void *sock, void *iopub, int *count) {
                                         "implementation_version", "1", "language_info", "name", "stub", "version", "1",
                                         "banner", "stub kernel"));
                 else if (streq(type, "execute_request")) {
-                        ++*count;
-                        reply(sock, frames, ids, &req, "execute_reply",
-                              json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
-                                        "user_expressions", "payload"));
+                        const char *code = json_string_value(json_object_get(req.content, "code")) ?: "";
+
+                        if (streq(code, "abort"))
+                                reply(sock, frames, ids, &req, "execute_reply", json_pack("{s:s}", "status", "abort"));
+                        else if (streq(code, "hang") && !hang.running) {
+                                /* Its frames stay ours until the interrupt: req points into them. */
+                                ++*count;
+                                hang.running = true;
+                                memcpy(hang.frames, frames, sizeof frames[0] * (size_t) n);
+                                hang.n = n;
+                                hang.ids = ids;
+                                hang.req = req;
+                                hang.sock = sock;
+                                return 0;
+                        } else {
+                                ++*count;
+                                reply(sock, frames, ids, &req, "execute_reply",
+                                      json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
+                                                "user_expressions", "payload"));
+                        }
                 } else if (streq(type, "shutdown_request")) {
                         reply(sock, frames, ids, &req, "shutdown_reply",
                               json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
@@ -110,8 +139,22 @@ static int handle(void *sock, void *iopub, int *count) {
                         reply(iopub, NULL, 0, &req, "shutdown_reply",
                               json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
                         r = !ignore_shutdown;
-                } else if (streq(type, "interrupt_request"))
+                } else if (streq(type, "interrupt_request")) {
                         reply(sock, frames, ids, &req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+                        if (hang.running) {
+                                reply(iopub, NULL, 0, &hang.req, "error",
+                                      json_pack("{s:s, s:s, s:[s]}", "ename", "KeyboardInterrupt", "evalue", "",
+                                                "traceback", "KeyboardInterrupt"));
+                                reply(hang.sock, hang.frames, hang.ids, &hang.req, "execute_reply",
+                                      json_pack("{s:s, s:i, s:s, s:s, s:[]}", "status", "error", "execution_count",
+                                                *count, "ename", "KeyboardInterrupt", "evalue", "", "traceback"));
+                                publish_status(iopub, &hang.req, "idle");
+                                jupyter_msg_done(&hang.req);
+                                for (int i = 0; i < hang.n; i++)
+                                        zmq_msg_close(&hang.frames[i]);
+                                hang.running = false;
+                        }
+                }
                 publish_status(iopub, &req, "idle");
                 jupyter_msg_done(&req);
         }
