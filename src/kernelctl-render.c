@@ -337,7 +337,10 @@ void render_exec_summary(const ReplyExecResult *res, bool died) {
                         printf("[%s: kernel now %s]\n", st ?: "?", k);
                 else
                         printf("[%s: no kernel]\n", st ?: "?");
-        } else if (streq(res->status, "not_started"))
+        } else if (streq(res->status, "kernel_aborted"))
+                /* The kernel's own word for a cell it did not run; the daemon's message goes to stderr. */
+                puts("[aborted]");
+        else if (streq(res->status, "not_started"))
                 /* Only a timeout keeps a cell from starting and still answers its caller. */
                 puts("[not started: timeout]");
         else if (!died && res->execution_count >= 0)

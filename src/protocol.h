@@ -37,9 +37,9 @@ enum {
         EXIT_TIMEOUT = 6,
         EXIT_CELL_ERROR = 7,
         EXIT_REPLACED = 8,
-        /* 9: kept for a namespace rebuilt by replaying (doc/design.md); 10: kept for a cell the kernel
-         * aborted without running it (issue 13, kernelspecs). */
-        EXIT_NOT_STARTED = 11, /* exec: the cell never started (its timeout passed first); it will not run */
+        /* 9: kept for a namespace rebuilt by replaying (doc/design.md). */
+        EXIT_KERNEL_ABORTED = 10, /* exec: the kernel answered the cell "aborted" (or "abort") without running it */
+        EXIT_NOT_STARTED = 11,    /* exec: the cell never started (its timeout passed first); it will not run */
 };
 
 /* The exit code for a JSON-RPC error code (unknown codes: EXIT_FAILED). */

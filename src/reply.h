@@ -142,7 +142,8 @@ typedef struct ReplyOutput {
 
 /* The end of a cell. */
 typedef struct ReplyExecResult {
-        const char *status;        /* "ok", "error", "timeout", "died" or "aborted" */
+        const char *status;        /* "ok", "error", "timeout", "died", "aborted", "not_started" or
+                                    * "kernel_aborted" (the kernel did not run it; message says so) */
         long long execution_count; /* -1: null */
         const char *kernel_id;     /* the kernel it ran on (after "died": its successor); NULL: null */
         const json_t *outputs;     /* every output, an array of nbformat v4 output dicts; NULL encodes as [] */
