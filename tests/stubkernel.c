@@ -226,8 +226,9 @@ int main(int argc, char *argv[]) {
         }
         signal(SIGINT, SIG_IGN); /* an interrupt with nothing running, as ipykernel when idle */
         while (!done) {
+                /* While "hang" runs, shell waits as a real kernel's does: only control and hb are answered. */
                 zmq_pollitem_t items[] = {
-                        { socks[CHANNEL_SHELL], 0, ZMQ_POLLIN, 0 },
+                        { socks[CHANNEL_SHELL], 0, hang.running ? 0 : ZMQ_POLLIN, 0 },
                         { socks[CHANNEL_CONTROL], 0, ZMQ_POLLIN, 0 },
                         { socks[CHANNEL_HB], 0, ZMQ_POLLIN, 0 },
                 };
