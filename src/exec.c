@@ -21,8 +21,13 @@ const double exec_duration_bounds[EXEC_DURATION_BUCKETS] = { 0.01, 0.025, 0.05, 
                                                              2.5,  5,     10,   30,  60,   300 };
 
 static const char *const status_names[_EXEC_STATUS_MAX] = {
-        [EXEC_OK] = "ok",     [EXEC_ERROR] = "error",     [EXEC_TIMEOUT] = "timeout",
-        [EXEC_DIED] = "died", [EXEC_ABORTED] = "aborted", [EXEC_NOT_STARTED] = "not_started",
+        [EXEC_OK] = "ok",
+        [EXEC_ERROR] = "error",
+        [EXEC_TIMEOUT] = "timeout",
+        [EXEC_DIED] = "died",
+        [EXEC_ABORTED] = "aborted",
+        [EXEC_NOT_STARTED] = "not_started",
+        [EXEC_KERNEL_ABORTED] = "kernel_aborted",
 };
 
 const char *exec_status_to_string(ExecStatus s) {
@@ -35,6 +40,7 @@ void exec_result_reply(const ExecResult *res, ReplyExecResult *ret) {
                 .execution_count = res->execution_count >= 0 ? res->execution_count : -1,
                 .kernel_id = res->kernel_id,
                 .outputs = res->outputs,
+                .message = res->message,
         };
 }
 
@@ -381,8 +387,12 @@ static void run_finish(ExecQueue *q) {
                 } else if (cell->reply_status && streq(cell->reply_status, "ok"))
                         status = EXEC_OK;
                 else if (cell->reply_status && streq(cell->reply_status, "aborted")) {
-                        status = EXEC_ABORTED;
-                        message = "the kernel aborted the cell without running it";
+                        status = EXEC_KERNEL_ABORTED;
+                        snprintf(msg, sizeof msg,
+                                 "the kernel aborted the cell without running it, each of the %u times it was sent "
+                                 "(a kernel aborts the cells queued behind one that raised)",
+                                 cell->aborted_retries + 1);
+                        message = msg;
                 } else
                         status = EXEC_ERROR;
                 answer(cell, status, q->kernel_id, message);
@@ -524,6 +534,9 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
 
         touch(q);
         status = json_string_value(json_object_get(msg->content, "status")) ?: "error";
+        /* The protocol's older word, which tslab still sends. */
+        if (streq(status, "abort"))
+                status = "aborted";
         {
                 json_t *count = json_object_get(msg->content, "execution_count");
                 if (json_is_integer(count) && !streq(status, "aborted"))
