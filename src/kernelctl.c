@@ -202,6 +202,24 @@ static int cmd_interrupt(const Options *o, char **args, unsigned n_args) {
         return EXIT_OK;
 }
 
+/* The kernelspecs the caller's contexts could name with kernel = NAME. */
+static int cmd_kernels(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *result = NULL;
+        _cleanup_(reply_kernels_done) ReplyKernels k = {};
+        ReplyProblem problem;
+        int r;
+
+        r = client_call(o->socket, "kernels", NULL, o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC,
+                        &result);
+        if (r != EXIT_OK)
+                return r;
+        if (reply_kernels_decode(result, &k, &problem) < 0)
+                return client_invalid_reply(&problem);
+        if (o->json)
+                return render_json(result);
+        return render_kernels(&k);
+}
+
 /* The OpenMetrics text, as the daemon wrote it (it ends in "# EOF"). */
 static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
         json_auto_t *result = NULL;
@@ -482,6 +500,11 @@ static const Verb verbs[] = {
         { "metrics", "",
           "print the metrics of the daemon and the contexts in\nthe OpenMetrics text format (--timeout as status)", 0,
           0, ARGS_NONE, cmd_metrics },
+        { "kernels", "",
+          "list the kernelspecs a context can name with kernel =\n(JUPYTER_PATH, ~/.local/share/jupyter, "
+          "/usr/local/share\n"
+          "and /usr/share/jupyter)",
+          0, 0, ARGS_NONE, cmd_kernels },
         { "version", "", "print the version of kernelctl", 0, 0, ARGS_NONE, cmd_version },
         { "help", "", "show this help", 0, 0, ARGS_NONE, cmd_help },
 };
