@@ -53,8 +53,9 @@ typedef enum ExecStatus {
          * queue, or sent and queued in the kernel behind another client's
          * cell): nothing was interrupted, and it will not run; exit 11. */
         EXEC_NOT_STARTED,
-        /* The kernel answered it "aborted" (tslab: "abort") without running it, each time it was sent (a kernel
-         * aborts the cells queued behind one that raised); exit 10. */
+        /* The kernel answered it "aborted" (tslab: "abort"): without running it, each time it was sent (a kernel
+         * aborts the cells queued behind one that raised), or after it started (IRkernel answers an interrupted
+         * cell so); exit 10. */
         EXEC_KERNEL_ABORTED,
         _EXEC_STATUS_MAX,
 } ExecStatus;
