@@ -71,11 +71,14 @@ ks_install_kernels() {
         fi
         local npm="$cache/npm" status
         status="skip: tslab $KS_TSLAB_VERSION could not be installed from npm (see $log)"
+        # Nested: tslab finds @types/node (console, process, ...) only below its own node_modules or the kernel's
+        # cwd, and npm would otherwise hoist it out of tslab's.
         if [ -x "$npm/node_modules/.bin/tslab" ] && [ -f "$npm/prefix/share/jupyter/kernels/tslab/kernel.json" ] &&
+                [ -f "$npm/node_modules/tslab/node_modules/@types/node/package.json" ] &&
                 grep -q "\"version\": \"$KS_TSLAB_VERSION\"" "$npm/node_modules/tslab/package.json" 2>/dev/null; then
                 status=ok
-        elif ks_install_missing nodejs npm >>"$log" 2>&1 &&
-                npm install --prefix "$npm" --no-audit --no-fund "tslab@$KS_TSLAB_VERSION" >>"$log" 2>&1 &&
+        elif { command -v npm >/dev/null || ks_install_missing nodejs npm >>"$log" 2>&1; } &&
+                npm install --prefix "$npm" --no-audit --no-fund --install-strategy=nested "tslab@$KS_TSLAB_VERSION" >>"$log" 2>&1 &&
                 "$npm/node_modules/.bin/tslab" install --python /usr/bin/python3 --binary "$npm/node_modules/.bin/tslab" \
                         --prefix "$npm/prefix" >>"$log" 2>&1; then
                 status=ok
