@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "kernelspec.h"
+#include "quirks.h"
 #include "tap.h"
 #include "util.h"
 
@@ -455,6 +456,27 @@ static void test_config(void) {
         ini = NULL;
 }
 
+/* xeus-python alone gets SIGINT back, through a silent request that leaves no history. */
+static void test_quirks(void) {
+        json_auto_t *xeus = json_pack("{s:s}", "implementation", "xeus-python");
+        json_auto_t *ipython = json_pack("{s:s}", "implementation", "ipython");
+        json_auto_t *none = json_object();
+        json_auto_t *req = NULL;
+        const char *code = quirks_sigint_code(xeus);
+
+        ok(code && strstr(code, "signal.SIGINT") && strstr(code, "default_int_handler"),
+           "quirks: xeus-python gets Python's SIGINT handler back");
+        ok(code && strstr(code, "del _kernelsup_signal"), "quirks: and keeps no name in the namespace");
+        ok(!quirks_sigint_code(ipython) && !quirks_sigint_code(none) && !quirks_sigint_code(NULL),
+           "quirks: ipykernel, a kernel without implementation and no reply get nothing");
+        req = quirks_silent_request("x = 1");
+        ok(req && json_is_true(json_object_get(req, "silent")) &&
+                   json_is_false(json_object_get(req, "store_history")) &&
+                   json_is_false(json_object_get(req, "allow_stdin")) &&
+                   streq(json_string_value(json_object_get(req, "code")), "x = 1"),
+           "quirks: the request is silent, without history or input");
+}
+
 int main(void) {
         if (!mkdtemp(tmpdir)) {
                 printf("Bail out! mkdtemp: %m\n");
@@ -467,6 +489,7 @@ int main(void) {
         test_hostile();
         test_list();
         test_config();
+        test_quirks();
         nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
         return tap_done();
 }
