@@ -563,8 +563,9 @@ static void help(void) {
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost), 11 the cell never started (its timeout\n"
-               "passed while it waited; it will not run).\n"
+               "8 kernel replaced (namespace lost), 10 the kernel aborted the cell,\n"
+               "11 the cell never started (its timeout passed while it waited; it will\n"
+               "not run).\n"
                "See kernelctl(1).\n");
 }
 
