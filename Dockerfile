@@ -27,6 +27,7 @@ RUN apt-get update \
 COPY --from=build /out/usr/sbin/kernelsupd /usr/sbin/kernelsupd
 COPY --from=build /out/usr/bin/kernelctl /usr/bin/kernelctl
 COPY --from=build /out/etc/kernelsup /etc/kernelsup
+COPY --from=build /out/usr/share/kernelsup /usr/share/kernelsup
 COPY --from=build /out/usr/share/man /usr/share/man
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/sbin/kernelsupd", "--config", "/etc/kernelsup/kernelsup.ini"]

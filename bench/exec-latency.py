@@ -12,6 +12,10 @@ trivial cell `x` each way:
                   until idle (what apps do today)
   (c) floor       one long-lived BlockingKernelClient in this process, over its
                   kept connection: the kernel's own round trip
+  (d) floor+count (c) with the user expression each cell through kernelctl exec
+                  carries in a patched IPython kernel (output_chunking: the
+                  kernel's count of what the cell wrote, src/chunking.h); (d)-(c)
+                  is what the count costs per cell
 
 Usage: /usr/bin/python3 bench/exec-latency.py [BUILDDIR] [-n N] [--transport ipc|tcp]
 BUILDDIR holds kernelsupd and kernelctl (default: $KS_BUILDDIR, else .).
@@ -24,6 +28,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import statistics
 import subprocess
 import sys
@@ -52,9 +57,16 @@ kc.stop_channels()
 '''
 
 
-def run_floor_cell(kc, code):
+def count_expression():
+    """The count's user expression, as src/chunking.h defines it (CHUNKING_WRITTEN_CODE)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "chunking.h")) as f:
+        m = re.search(r'#define CHUNKING_WRITTEN_CODE\s*\\\n\s*"(.*)"\n', f.read())
+    return {"kernelsup_written": m.group(1)} if m else None
+
+
+def run_floor_cell(kc, code, user_expressions=None):
     """One cell over a kept connection: execute, collect until idle and the reply."""
-    msg_id = kc.execute(code, allow_stdin=False)
+    msg_id = kc.execute(code, allow_stdin=False, user_expressions=user_expressions or {})
     idle = reply = False
     while not idle:
         m = kc.get_iopub_msg(timeout=30)
@@ -127,6 +139,10 @@ def main():
         kc.wait_for_ready(timeout=30)
         sync_iopub(kc)
         c = timed(lambda: run_floor_cell(kc, "x"), args.n)
+        count = count_expression()
+        if count is None:
+            sys.exit("src/chunking.h has no CHUNKING_WRITTEN_CODE")
+        e = timed(lambda: run_floor_cell(kc, "x", count), args.n)
     finally:
         if kc is not None:
             kc.stop_channels()
@@ -136,11 +152,13 @@ def main():
           f"transport {args.transport}")
     print(f"{'method':<34}{'median':>9}{'p90':>9}{'mean':>9}")
     rows = (("(a) kernelctl exec (whole process)", a), ("(b) python kexec.py per cell", b),
-            ("(c) kept jupyter_client (floor)", c))
+            ("(c) kept jupyter_client (floor)", c), ("(d) (c) + the count's expression", e))
     for name, v in rows:
         print(f"{name:<34}{statistics.median(v):>9.2f}{p90(v):>9.2f}{statistics.mean(v):>9.2f}")
     print(f"(b)/(a), median: {statistics.median(b) / statistics.median(a):.1f}x faster through the supervisor")
     print(f"(a)-(c), median: {statistics.median(a) - statistics.median(c):+.2f} ms over the kernel's own floor")
+    print(f"(d)-(c), median: {statistics.median(e) - statistics.median(c):+.2f} ms per cell for the count of what "
+          "it wrote")
 
 
 if __name__ == "__main__":

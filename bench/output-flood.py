@@ -18,7 +18,9 @@ Printed next to output_limit and the bound kernelsup.ini(5) states for one conte
 (48 MiB + 64 MiB + 16 x output_limit), with what the caller got: exit status or reply
 status; "head", the bytes of the flood's text it got from the start (exec: up to
 output_limit; a jupyter_client gets everything); "cut", what the marker says was not
-kept ("dropped" when a message over the bound was dropped instead); the markers.
+kept (">=N" where it says "at least N"; "dropped" when a message over the bound was
+dropped instead); "lost", what the kernel's count of what the cell wrote says never
+reached the daemon (0 when nothing was lost, "?" without a count); the markers.
 
 Usage: /usr/bin/python3 bench/output-flood.py [BUILDDIR] [--limit 10M] [--only NAME]
        [--chunking yes|no] [--exec-only]
@@ -105,9 +107,15 @@ def run_exec(d, code):
     r = subprocess.run(d.ctl + ["exec", "bench", code], capture_output=True, timeout=3600)
     markers = sum(r.stderr.count(m) for m in (b"[output truncated", b"[output dropped", b"[no reply"))
     last = r.stdout.rstrip(b"\n").rsplit(b"\n", 1)[-1].decode(errors="replace")
-    cut = re.search(rb"\[output truncated: (\d+) more bytes not kept\]", r.stderr)
-    cut = cut.group(1).decode() if cut else "dropped" if b"[output dropped" in r.stderr else "-"
-    return f"exit {r.returncode} {last}", head_bytes(r.stdout), cut, markers
+    cut = re.search(rb"\[output truncated: (at least )?(\d+) more bytes not kept\]", r.stderr)
+    lost = re.search(rb"\[output dropped: the kernel wrote (\d+) bytes to stdout and stderr, only (\d+) of them",
+                     r.stderr)
+    if cut:
+        lost = str(int(lost.group(1)) - int(lost.group(2))) if lost else "?" if cut.group(1) else "0"
+        cut = (">=" if cut.group(1) else "") + cut.group(2).decode()
+    else:
+        cut, lost = "dropped" if b"[output dropped" in r.stderr else "-", "?"
+    return f"exit {r.returncode} {last}", head_bytes(r.stdout), cut, lost, markers
 
 
 def run_client(d, code):
@@ -158,7 +166,7 @@ def run_client(d, code):
                 pass
         except queue.Empty:
             pass
-        return f"reply {status}", head or 0, "-", 0
+        return f"reply {status}", head or 0, "-", "-", 0
     finally:
         kc.stop_channels()
 
@@ -192,23 +200,23 @@ def main():
                 d = Daemon(args.builddir, args.limit, chunking)
                 try:
                     t0 = time.monotonic()
-                    outcome, head, cut, markers = fn(d, code)
+                    outcome, head, cut, lost, markers = fn(d, code)
                     secs = time.monotonic() - t0
                     hwm = vm_hwm(d.proc.pid)
                 finally:
                     d.close()
-                rows.append((what, how, chunking, hwm, outcome, head, cut, markers, secs))
+                rows.append((what, how, chunking, hwm, outcome, head, cut, lost, markers, secs))
                 print(f"# {what} through {how}, chunking {chunking}: VmHWM {hwm / MiB:.1f} MiB, {outcome}, "
-                      f"head {head} bytes, cut {cut}, {markers} markers, {secs:.1f} s", file=sys.stderr)
+                      f"head {head} bytes, cut {cut}, lost {lost}, {markers} markers, {secs:.1f} s", file=sys.stderr)
 
     print(f"kernelsupd peak RSS (VmHWM) under cell output; output_limit {limit / MiB:g} MiB, "
           f"stated bound {bound / MiB:g} MiB (48 MiB + 64 MiB + 16 x output_limit); idle daemon {idle / MiB:.1f} MiB; "
           f"{os.cpu_count()} CPUs")
     print(f"{'flood':<24}{'through':<16}{'chunking':<9}{'VmHWM MiB':>10}  {'caller got':<20}{'head bytes':>12}"
-          f"{'cut':>12}{'markers':>8}{'s':>7}")
-    for what, how, chunking, hwm, outcome, head, cut, markers, secs in rows:
-        print(f"{what:<24}{how:<16}{chunking:<9}{hwm / MiB:>10.1f}  {outcome:<20}{head:>12}{cut:>12}{markers:>8}"
-              f"{secs:>7.1f}")
+          f"{'cut':>12}{'lost':>12}{'markers':>8}{'s':>7}")
+    for what, how, chunking, hwm, outcome, head, cut, lost, markers, secs in rows:
+        print(f"{what:<24}{how:<16}{chunking:<9}{hwm / MiB:>10.1f}  {outcome:<20}{head:>12}{cut:>12}{lost:>12}"
+              f"{markers:>8}{secs:>7.1f}")
 
 
 if __name__ == "__main__":

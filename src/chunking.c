@@ -19,11 +19,17 @@
  * returns why as a string rather than raising (IPython would keep the
  * exception in sys.last_value). flush() is ipykernel's own: it hands the
  * buffer to the IO thread and waits until it is taken, so pieces leave in
- * order and a flood cannot outrun the IO thread. Held in a ''' string: no
- * backslash and no ''' in here (a unit test checks). */
+ * order and a flood cannot outrun the IO thread. count() adds what each
+ * write took (UTF-8 bytes, as the daemon counts stream text) to the request
+ * the stream writes for (its parent msg_id), for the latest 16 requests
+ * (another client's cells are never asked for); it never raises, so a write
+ * fails only as ipykernel's does. take() gives and forgets the count of the
+ * request running now. Held in a ''' string: no backslash and no ''' in
+ * here (a unit test checks). */
 static const char patch_code[] =
         "import functools\n"
         "import sys\n"
+        "import threading\n"
         "\n"
         "def check(stream, name, OutStream):\n"
         "    kind = type(stream).__module__ + '.' + type(stream).__qualname__\n"
@@ -34,6 +40,43 @@ static const char patch_code[] =
         "    if not hasattr(stream, '_buffer') or not hasattr(stream, '_buffer_lock'):\n"
         "        raise RuntimeError(name + ' has no _buffer or _buffer_lock (another ipykernel)')\n"
         "\n"
+        "def request_id(stream):\n"
+        "    header = getattr(stream, 'parent_header', None)\n"
+        "    return header.get('msg_id') if isinstance(header, dict) else None\n"
+        "\n"
+        "def counter(keep):\n"
+        "    lock = threading.Lock()\n"
+        "    counts = {}\n"
+        "\n"
+        "    def count(stream, string):\n"
+        "        try:\n"
+        "            n = len(string) if string.isascii() else len(string.encode('utf-8', 'replace'))\n"
+        "            key = request_id(stream)\n"
+        "            if key is None:\n"
+        "                return\n"
+        "            with lock:\n"
+        "                if key not in counts and len(counts) >= keep:\n"
+        "                    del counts[next(iter(counts))]\n"
+        "                counts[key] = counts.get(key, 0) + n\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "\n"
+        "    def take():\n"
+        "        try:\n"
+        "            key = request_id(sys.stdout) or request_id(sys.stderr)\n"
+        "            if key is None:\n"
+        "                return ''\n"
+        "            with lock:\n"
+        "                return str(counts.pop(key, 0))\n"
+        "        except Exception:\n"
+        "            return ''\n"
+        "\n"
+        "    for old in complex.__subclasses__():\n"
+        "        if old.__name__ == '" CHUNKING_WRITTEN_CLASS "':\n"
+        "            old.__name__ = '" CHUNKING_WRITTEN_CLASS "_replaced'\n"
+        "    holder = type('" CHUNKING_WRITTEN_CLASS "', (complex,), {'take': staticmethod(take)})\n"
+        "    return count, holder\n"
+        "\n"
         "def patch(chunk):\n"
         "    from ipykernel.iostream import OutStream\n"
         "    check(sys.stdout, 'sys.stdout', OutStream)\n"
@@ -42,6 +85,7 @@ static const char patch_code[] =
         "    if hasattr(write, 'kernelsup_chunk'):\n"
         "        write = write.__wrapped__\n"
         "    flush = OutStream.flush\n"
+        "    count, holder = counter(16)\n"
         "\n"
         "    def buffered(stream):\n"
         "        with stream._buffer_lock:\n"
@@ -51,12 +95,15 @@ static const char patch_code[] =
         "    def chunked_write(self, string):\n"
         "        if not isinstance(string, str) or len(string) <= chunk:\n"
         "            ret = write(self, string)\n"
+        "            count(self, string)\n"
         "            if buffered(self) >= chunk:\n"
         "                flush(self)\n"
         "            return ret\n"
         "        first = None\n"
         "        for start in range(0, len(string), chunk):\n"
-        "            ret = write(self, string[start:start + chunk])\n"
+        "            piece = string[start:start + chunk]\n"
+        "            ret = write(self, piece)\n"
+        "            count(self, piece)\n"
         "            if start == 0:\n"
         "                first = ret\n"
         "            if buffered(self) >= chunk:\n"
@@ -64,6 +111,7 @@ static const char patch_code[] =
         "        return None if first is None else len(string)\n"
         "\n"
         "    chunked_write.kernelsup_chunk = chunk\n"
+        "    chunked_write.kernelsup_written = holder\n"
         "    OutStream.write = chunked_write\n"
         "\n"
         "def outcome(chunk):\n"
@@ -147,4 +195,27 @@ int chunking_result(const json_t *reply_content, char **ret_why) {
                 return -ENOMEM;
         *ret_why = clip_line(why, WHY_MAX);
         return *ret_why ? 0 : -ENOMEM;
+}
+
+int chunking_written(const json_t *reply_content, uint64_t *ret) {
+        const json_t *expr =
+                json_object_get(json_object_get(reply_content, "user_expressions"), CHUNKING_WRITTEN_EXPRESSION);
+        const char *text = NULL;
+        uint64_t n = 0;
+        size_t len = 0;
+
+        if (!streq_ptr(json_string_value(json_object_get(reply_content, "status")), "ok") ||
+            !streq_ptr(json_string_value(json_object_get(expr, "status")), "ok"))
+                return 0;
+        text = expression_text(expr, &len);
+        /* A count of up to 19 digits fits: no overflow to check beyond that. */
+        if (!text || len == 0 || len > 19)
+                return 0;
+        for (size_t i = 0; i < len; i++) {
+                if (text[i] < '0' || text[i] > '9')
+                        return 0;
+                n = n * 10 + (uint64_t) (text[i] - '0');
+        }
+        *ret = n;
+        return 1;
 }

@@ -41,6 +41,7 @@ typedef enum ValueType {
         VALUE_PORTS,
         VALUE_TRANSPORT,
         VALUE_PRELOAD,
+        VALUE_RESTORE,
 } ValueType;
 
 typedef struct ConfigKey {
@@ -85,6 +86,9 @@ enum {
         KEY_OUTPUT_CHUNKING,
         KEY_PRELOAD,
         KEY_KERNEL,
+        KEY_RESTORE,
+        KEY_JOURNAL_MAX,
+        KEY_RESTORE_TIMEOUT,
         _KEY_MAX,
 };
 

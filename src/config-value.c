@@ -423,6 +423,25 @@ int parse_kernel_name(const char *value, void *data, const char **ret_reason) {
         return 0;
 }
 
+static const char *const restore_names[_RESTORE_MAX] = {
+        [RESTORE_NONE] = "none",
+        [RESTORE_REPLAY] = "replay",
+};
+
+const char *restore_to_string(Restore r) {
+        return r >= 0 && r < _RESTORE_MAX ? restore_names[r] : NULL;
+}
+
+int parse_restore(const char *value, void *data, const char **ret_reason) {
+        for (Restore r = 0; r < _RESTORE_MAX; r++)
+                if (streq(value, restore_names[r])) {
+                        *(Restore *) data = r;
+                        return 0;
+                }
+        *ret_reason = "expected none or replay";
+        return -EINVAL;
+}
+
 int parse_count(const char *value, void *data, const char **ret_reason) {
         unsigned long long v;
 

@@ -75,6 +75,9 @@ const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_OUTPUT_CHUNKING] = CONTEXT_KEY("output_chunking", parse_bool, output_chunking, VALUE_BOOL),
         [KEY_PRELOAD] = CONTEXT_KEY("preload", parse_preload, preload, VALUE_PRELOAD),
         [KEY_KERNEL] = CONTEXT_KEY("kernel", parse_kernel_name, kernel, VALUE_STRING),
+        [KEY_RESTORE] = CONTEXT_KEY("restore", parse_restore, restore, VALUE_RESTORE),
+        [KEY_JOURNAL_MAX] = CONTEXT_KEY("journal_max", parse_size, journal_max, VALUE_SIZE),
+        [KEY_RESTORE_TIMEOUT] = CONTEXT_KEY("restore_timeout", parse_duration_positive, restore_timeout, VALUE_USEC),
 };
 
 static const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -104,6 +107,8 @@ size_t value_size(ValueType t) {
                 return sizeof(Transport);
         case VALUE_PRELOAD:
                 return sizeof(Preload);
+        case VALUE_RESTORE:
+                return sizeof(Restore);
         default:
                 return 0;
         }
@@ -128,6 +133,9 @@ void context_config_init(ContextConfig *cc) {
                 .transport = TRANSPORT_IPC,
                 .shutdown_grace = 500 * USEC_PER_MSEC,
                 .output_chunking = true,
+                .restore = RESTORE_NONE,
+                .journal_max = 16 * 1024 * 1024,
+                .restore_timeout = 10 * 60 * USEC_PER_SEC,
         };
 }
 

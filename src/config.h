@@ -37,6 +37,15 @@ typedef enum Preload {
 
 const char *preload_to_string(Preload p); /* "auto", "yes", "no"; NULL out of range */
 
+/* What a context's next kernel gets when its kernel was lost without being asked to go (journal.h, replay.h). */
+typedef enum Restore {
+        RESTORE_NONE,   /* an empty namespace */
+        RESTORE_REPLAY, /* the journaled cells that succeeded, run again in order */
+        _RESTORE_MAX,
+} Restore;
+
+const char *restore_to_string(Restore r); /* "none", "replay"; NULL out of range */
+
 typedef struct ContextConfig {
         char *name;
         ConfigSource source; /* the [context:NAME] header */
@@ -78,6 +87,11 @@ typedef struct ContextConfig {
         /* Patch an IPython kernel's output stream so that a flood reaches iopub in bounded messages (chunking.h);
          * default yes. Applies from the kernel's next start. */
         bool output_chunking;
+        /* restore = replay journals the cells of the current kernel in state_dir (at most journal_max bytes) and
+         * replays them, within restore_timeout, into a kernel that replaces one lost without being asked. */
+        Restore restore;        /* default none */
+        size_t journal_max;     /* default 16 MiB */
+        usec_t restore_timeout; /* default 10 min */
 } ContextConfig;
 
 typedef struct Config {

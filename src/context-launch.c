@@ -514,6 +514,7 @@ void context_launch(Context *c) {
         log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_STARTED, "launched", c->pid, NULL),
                   "%s: launched kernel %s (pid %d, incarnation %llu)", c->name, c->st.kernel_id, (int) c->pid,
                   (unsigned long long) c->st.incarnation);
+        context_replay_launched(c);
         context_set_state(c, CONTEXT_STARTING);
 
         c->max_message = exec_message_bound(c->cfg->output_limit);

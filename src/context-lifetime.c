@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,7 @@ int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret
         uv_timer_init(host->loop, &c->info_timer);
         uv_timer_init(host->loop, &c->hb_timer);
         c->timer.data = c->info_timer.data = c->hb_timer.data = c;
+        context_journal_open(c);
         *ret = c;
         return 0;
 }
@@ -83,7 +86,20 @@ static void end_process(pid_t pid, int pidfd) {
         (void) poll(&(struct pollfd){ .fd = pidfd, .events = POLLIN }, 1, 5000);
 }
 
-int context_adopt(Context *c, char **ret_reason) {
+/* The not-adopted event: why is one word for matching (KERNELSUP_REASON=, kernelsupd(8) lists them), the
+ * message says it for a person. A warning when the process had to be ended, a notice otherwise. */
+_printf_(5, 6) static void log_not_adopted(Context *c, pid_t pid, bool ended, const char *why, const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        log_event(ended ? LOG_WARNING : LOG_NOTICE, CONTEXT_EVENT(c, LOG_ID_KERNEL_NOT_ADOPTED, why, pid, NULL),
+                  "%s: %s", c->name, msg);
+}
+
+int context_adopt(Context *c) {
         _cleanup_free_ char *err = NULL, *reason = NULL;
         _cleanup_close_ int fd = -1;
         pid_t pid = c->st.pid;
@@ -94,46 +110,47 @@ int context_adopt(Context *c, char **ret_reason) {
                 return 0;
         c->st.pid = 0;
         /* Another boot: that process died with it (a cold boot). */
-        if (!streq(c->st.boot_id, c->host->boot_id))
-                return 0;
-        if (proc_pid_starttime(pid, &start) < 0)
-                return 0;
-        /* A pid of this boot whose start time differs is another process now: never touch it. */
-        if (start != c->st.pid_starttime) {
-                if (asprintf(ret_reason, "pid %d is another process now (start time differs); not adopted",
-                             (int) pid) < 0)
-                        *ret_reason = NULL;
+        if (!streq(c->st.boot_id, c->host->boot_id)) {
+                log_not_adopted(c, pid, false, "reboot", "kernel %s (pid %d) ran in an earlier boot; not adopted",
+                                c->st.kernel_id, (int) pid);
                 return 0;
         }
         fd = pidfd_open(pid, 0);
-        if (fd < 0)
+        if (fd < 0 || proc_pid_starttime(pid, &start) < 0) {
+                log_not_adopted(c, pid, false, "gone", "kernel %s (pid %d) ended while no daemon ran; not adopted",
+                                c->st.kernel_id, (int) pid);
                 return 0;
+        }
+        /* A pid of this boot whose start time differs is another process now: never touch it. */
+        if (start != c->st.pid_starttime) {
+                log_not_adopted(c, pid, false, "pid-reused",
+                                "pid %d is another process now (start time differs); not adopted", (int) pid);
+                return 0;
+        }
         /* Our kernels lead their own process group, and we must know their ports and key. */
-        if (getpgid(pid) != pid || !c->st.has_conn) {
+        if (!c->st.has_conn || getpgid(pid) != pid) {
                 end_process(pid, fd);
-                if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
-                             !c->st.has_conn ? "its ports and key are not in the state"
-                                             : "it no longer leads its process group") < 0)
-                        *ret_reason = NULL;
+                log_not_adopted(c, pid, true, !c->st.has_conn ? "no-ports" : "not-group-leader",
+                                "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
+                                !c->st.has_conn ? "its ports and key are not in the state"
+                                                : "it no longer leads its process group");
                 return -EPERM;
         }
         /* Like a reload, a transport changed while no daemon ran restarts the kernel: kept, a kernel on tcp
          * would stay open to every local user although the configuration now says ipc. */
         if (c->st.conn.transport != c->cfg->transport) {
                 end_process(pid, fd);
-                if (asprintf(ret_reason,
-                             "ended kernel %s (pid %d): it listens on %s, the configuration says transport = %s",
-                             c->st.kernel_id, (int) pid, transport_to_string(c->st.conn.transport),
-                             transport_to_string(c->cfg->transport)) < 0)
-                        *ret_reason = NULL;
+                log_not_adopted(c, pid, true, "transport-changed",
+                                "ended kernel %s (pid %d): it listens on %s, the configuration says transport = %s",
+                                c->st.kernel_id, (int) pid, transport_to_string(c->st.conn.transport),
+                                transport_to_string(c->cfg->transport));
                 return -EPERM;
         }
         r = spawn_user_resolve(c->cfg->user, c->cfg->group, &c->user, &err);
         if (r < 0) {
                 end_process(pid, fd);
-                if (asprintf(ret_reason, "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
-                             err ?: "cannot resolve its user") < 0)
-                        *ret_reason = NULL;
+                log_not_adopted(c, pid, true, "user", "ended kernel %s (pid %d): %s", c->st.kernel_id, (int) pid,
+                                err ?: "cannot resolve its user");
                 return r;
         }
         c->user_resolved = true;
@@ -191,6 +208,9 @@ static void context_timer_close_cb(uv_handle_t *h) {
         context_config_free(c->cfg);
         free(c->pending_error);
         free(c->save_error);
+        context_journal_close(c);
+        replay_done(&c->replay);
+        free(c->replay_note);
         free(c->name);
         free(c);
 }

@@ -9,8 +9,10 @@
 
 #include "context.h"
 #include "exec.h"
+#include "journal.h"
 #include "jupyter.h"
 #include "log.h"
+#include "replay.h"
 #include "resources.h"
 #include "spawn.h"
 #include "util.h"
@@ -40,6 +42,15 @@ typedef enum ChunkingState {
         CHUNKING_ON,
         CHUNKING_OFF, /* output_chunking = no, or the request failed or went unanswered */
 } ChunkingState;
+
+/* Cells seen starting on iopub (execute_input) whose end (status idle of the same parent) has not come yet. A kernel
+ * runs one at a time; a few more are room for clients whose idle is late. */
+#define JOURNAL_PENDING_MAX 4
+
+typedef struct PendingCell {
+        char *msg_id; /* the execute_request's (a client's: any length), owned; NULL for a free slot */
+        JournalEntry entry;
+} PendingCell;
 
 /* status's transport_note for a kernel on tcp. */
 #define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
@@ -99,6 +110,16 @@ struct Context {
         LeftoverEnd *leftovers; /* the last kernel's leftovers, still being ended; NULL when none */
         bool launch_deferred;   /* a launch waits for them */
         bool stop_deferred;     /* a stop ends (stopped, or the launch of a restart) once they are gone */
+
+        /* restore = replay (context-replay.c) */
+        Journal *journal;    /* the current kernel's cells; NULL with restore = none or when it cannot be opened */
+        char *journal_error; /* why restore = replay has no journal; NULL otherwise */
+        PendingCell pending[JOURNAL_PENDING_MAX];
+        Replay replay;          /* the last replay into a kernel of this context (REPLAY_NONE: none since start) */
+        bool replay_owed;       /* the kernel launched replaces one lost without being asked */
+        bool iopub_dropped;     /* iopub was dropped: when the kernel is heard from again, messages were lost */
+        char replay_msg_id[37]; /* the replayed cell's execute_request while its reply is awaited, else "" */
+        char *replay_note;      /* replay_describe(), for status */
 };
 
 /* A journal event about c's kernel (log.h): its context, kernel_id, incarnation and pid. */
@@ -134,6 +155,33 @@ void context_launch_failed(Context *c, const char *msg);
 /* context-heartbeat.c */
 /* Starts the pings every heartbeat_interval, no ping outstanding and none missed. */
 void context_hb_start(Context *c);
+
+/* context-replay.c */
+/* Opens the journal (restore = replay), or removes a left one (restore = none). Logs what fails; never fails. */
+void context_journal_open(Context *c);
+void context_journal_close(Context *c);
+/* The settings changed from was (a reload without a restart): opens or closes the journal as restore now says. */
+void context_journal_config_changed(Context *c, const ContextConfig *was);
+/* A message on iopub of the current kernel: execute_input and the idle status of the same parent journal a cell. */
+void context_journal_on_iopub(Context *c, const JupyterMsg *msg);
+/* The iopub connection was dropped: messages were lost, so the journal can no longer promise a rebuild. */
+void context_journal_on_dropped(Context *c);
+/* A kernel was just spawned (its kernel_id set): whether it owes a replay, else a fresh journal. */
+void context_replay_launched(Context *c);
+/* The kernel answers (output chunking settled): starts the replay it owes, state restoring, and returns true; false
+ * when it owes none and may turn ready. context_became_ready() follows when the replay ends. */
+bool context_replay_begin(Context *c);
+/* A reply on shell: true when it was the replayed cell's (consumed). */
+bool context_replay_on_reply(Context *c, const JupyterMsg *msg);
+/* The kernel ended while restoring: the cell it ran goes from the journal. */
+void context_replay_lost(Context *c, const char *why);
+/* The kernel is being stopped while restoring (the daemon exits): the replay ends, the journal stays as it is. */
+void context_replay_abandon(Context *c);
+/* The journal and replay members of status. */
+void context_replay_reply(const Context *c, ReplyContext *ret);
+
+/* context.c, for context-replay.c */
+void context_became_ready(Context *c);
 
 /* context-launch.c */
 /* Removes the kernel's private copy of its connection file (it holds the key; only a starting kernel reads it,

@@ -116,7 +116,6 @@ int context_save_retry(Context *c) {
 static void stop_timer_cb(uv_timer_t *t);
 static uint64_t stop_phase_msec(const Context *c);
 
-static void context_became_ready(Context *c);
 static void context_shutdown_acked(Context *c);
 
 void context_readiness_reset(Context *c) {
@@ -160,6 +159,7 @@ static void chunking_on_reply(Context *c, const JupyterMsg *msg) {
         if (r <= 0)
                 return chunking_off(c, why ?: "out of memory");
         c->chunking = CHUNKING_ON;
+        exec_queue_count_written(c->exec, true);
         if (c->state == CONTEXT_STARTING)
                 log_debug("%s: output chunking is on for kernel %s (stream messages of at most %zu characters)",
                           c->name, c->st.kernel_id, CHUNKING_CHARS);
@@ -194,6 +194,9 @@ static void context_check_started(Context *c) {
         if (c->chunking == CHUNKING_WANTED)
                 chunking_start(c);
         if (c->chunking == CHUNKING_PENDING)
+                return;
+        /* A kernel that replaces one lost without being asked replays the journal first (restore = replay). */
+        if (context_replay_begin(c))
                 return;
         context_became_ready(c);
 }
@@ -235,6 +238,8 @@ static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *m
         const char *type = jupyter_msg_type(msg);
 
         exec_queue_on_reply(c->exec, channel, msg);
+        if (channel == CHANNEL_SHELL && context_replay_on_reply(c, msg))
+                return;
         if (channel == CHANNEL_SHELL && streq(type, "kernel_info_reply")) {
                 sigint_fix(c, msg);
                 chunking_decide(c, msg);
@@ -251,6 +256,7 @@ static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *m
 static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
 
+        context_journal_on_iopub(c, msg);
         exec_queue_on_iopub(c->exec, msg);
         c->got_iopub = true;
         context_check_started(c);
@@ -284,6 +290,8 @@ static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
                 log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, or it "
                             "broke); connected again",
                             c->name, channel_to_string(channel), c->max_message);
+        if (channel == CHANNEL_IOPUB && c->state != CONTEXT_STOPPING)
+                context_journal_on_dropped(c);
         exec_queue_on_dropped(c->exec, channel, c->max_message);
 }
 
@@ -341,8 +349,11 @@ int context_set_config(Context *c, const ContextConfig *cc) {
                 spawn_user_done(&c->user);
                 c->user_resolved = false;
         }
-        context_config_free(c->cfg);
+        ContextConfig *was = c->cfg;
+
         c->cfg = d;
+        context_journal_config_changed(c, was);
+        context_config_free(was);
         /* A new heartbeat period applies from now. */
         if (uv_is_active((uv_handle_t *) &c->hb_timer))
                 context_hb_start(c);
@@ -391,6 +402,10 @@ int context_forget(Context *c, bool keep_connection_file) {
                         log_warning("%s: failed to remove its connection file %s: %s", c->name,
                                     c->cfg->connection_file, reason ?: strerror(-r));
         }
+        context_journal_close(c);
+        r = journal_remove(c->host->state_dirfd, c->name);
+        if (r < 0)
+                log_warning("%s: failed to remove its cell journal: %s", c->name, strerror(-r));
         return context_state_remove(c->host->state_dirfd, c->name);
 }
 
@@ -430,7 +445,7 @@ void context_info_timer_cb(uv_timer_t *t) {
         }
 }
 
-static void context_became_ready(Context *c) {
+void context_became_ready(Context *c) {
         char d[32];
 
         uv_timer_stop(&c->timer);
@@ -456,6 +471,7 @@ static void context_became_ready(Context *c) {
         context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
         /* Last: a cell that died with the previous kernel is answered now, naming this one. */
+        exec_queue_count_written(c->exec, c->chunking == CHUNKING_ON);
         exec_queue_attach(c->exec, c->conn, c->st.kernel_id);
 }
 
@@ -614,6 +630,9 @@ static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, cons
         char msg[256], field[64];
 
         c->client_shutdown = false;
+        /* A client that shut its kernel down asked for an empty one (Jupyter's restart). */
+        if (by_client)
+                context_journal_forget(c, "a client's shutdown_request");
         if (was == CONTEXT_STOPPING && (!by_client || c->restart_pending || !c->want_running)) {
                 log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_STOPPED, "stopped", pid, NULL),
                           "%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
@@ -708,6 +727,8 @@ static void context_handle_exit(Context *c) {
         uv_timer_stop(&c->info_timer);
         uv_timer_stop(&c->hb_timer);
         c->adopting = false;
+        if (was == CONTEXT_RESTORING)
+                context_replay_lost(c, what);
 
         context_after_exit(c, was, si.si_pid, what);
 }
@@ -847,6 +868,10 @@ static void context_shutdown_acked(Context *c) {
 
 static void context_begin_stop(Context *c) {
         switch (c->state) {
+        case CONTEXT_RESTORING:
+                context_replay_abandon(c);
+                context_enter_stopping(c, true);
+                break;
         case CONTEXT_STARTING:
         case CONTEXT_READY:
         case CONTEXT_BUSY:
@@ -943,6 +968,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .interrupt_mode = interrupt_mode_to_string(c->cfg->interrupt_mode),
         };
         resources_reply(c->cfg, &c->limits, &ret->limits);
+        context_replay_reply(c, ret);
 }
 
 json_t *context_to_json(const Context *c) {

@@ -73,9 +73,10 @@ int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret
  * touched), leading its own process group, its ports and key known. It is
  * watched through a pidfd and checked with kernel_info; it keeps its
  * kernel_id and incarnation. Returns 1 when adopting, 0 when there was
- * nothing to adopt (*ret_reason may say why), and -errno when a process had
- * to be ended instead (*ret_reason says why). */
-int context_adopt(Context *c, char **ret_reason);
+ * nothing to adopt, and -errno when a process had to be ended instead; a
+ * recorded kernel not adopted is logged (the not-adopted event, with a
+ * one-word reason). */
+int context_adopt(Context *c);
 
 /* A live probe: sends a heartbeat ping now. The kernel answered it once
  * context_hb_answers() exceeds *ret_answers. -ESRCH when not running. */
@@ -141,6 +142,20 @@ typedef struct ContextCounters {
 const ContextCounters *context_counters(const Context *c); /* borrowed from c */
 /* Launches after the first since the daemon first saw the context (persisted; status's restarts). */
 unsigned context_restarts(const Context *c);
+
+/* restore = replay (context-replay.c). The kernel is asked to go (a restart, stop or removal asked by a client, a
+ * change of process settings): the next one starts empty, and the journal is emptied (why: for the debug log). A
+ * stop the daemon makes as it exits is not asked by anyone: the next daemon's kernel replays. */
+void context_journal_forget(Context *c, const char *why);
+/* Whether the current kernel's namespace rebuilds that of kernel_id, an earlier kernel lost without being asked
+ * (check --expect), and with how many cells (-1: unknown, the replay was before the daemon started). */
+bool context_rebuilt(const Context *c, const char *kernel_id, long long *ret_cells);
+
+/* A page of the journal as history answers it (ReplyHistory, encoded): up to limit cells from offset (0-based),
+ * fewer when their code passes HISTORY_PAGE_BYTES (a longer cell is cut, truncated). -ENODATA with restore = none,
+ * -ENOMEM, or a read error. */
+#define HISTORY_PAGE_BYTES (1024 * 1024)
+int context_history(Context *c, size_t offset, size_t limit, json_t **ret);
 
 /* The context's status as a reply tells it (reply.h); *ret borrows from c until c changes. */
 void context_reply(const Context *c, ReplyContext *ret);

@@ -94,6 +94,7 @@ struct ExecQueue {
         uv_timer_t resend;     /* a cell the kernel aborted unrun goes out again (ABORTED_RESEND_MSEC) */
         unsigned n_open_handles;
 
+        bool count_written; /* cells ask for the kernel's count of what they wrote (exec_queue_count_written) */
         bool busy;
         long long execution_count;
         usec_t last_activity;
@@ -122,6 +123,13 @@ struct ExecCell {
         bool truncated;
         bool error_kept_after_limit;
         size_t cut;       /* bytes of text that came after the limit */
+        size_t streamed;  /* bytes of stream text that came (kept, cleared or cut) */
+        size_t cut_other; /* of cut: the outputs other than stream text */
+        bool saw_other;   /* an output other than stream text came */
+        /* What the cell wrote to stdout and stderr, by the kernel's own count
+         * (chunking.h), when written_known. */
+        bool written_known;
+        size_t written;
         bool drop_marked; /* the marker of a dropped message was added */
         usec_t deadline;  /* CLOCK_MONOTONIC: submit + opt.timeout; USEC_INFINITY */
         usec_t started;   /* CLOCK_MONOTONIC: when it went to the kernel; 0 while it has not */

@@ -129,13 +129,29 @@ static void cell_truncate(ExecCell *cell) {
         cell_note(cell, text);
 }
 
-/* At the end of a cell that reached its limit: how much more came. */
+/* At the end of a cell: what of its stream text never reached the daemon (the kernel's count of what the cell
+ * wrote against what came), and how much was not kept; exact only where nothing but stream text can be missing
+ * from the count (see ExecOptions.output_limit). */
 void cell_summarize(ExecCell *cell) {
-        char text[128];
+        bool counted = cell->written_known && cell->written >= cell->streamed;
+        size_t lost = counted ? cell->written - cell->streamed : 0;
+        bool exact = counted && cell->cut_other == 0 && (lost == 0 || (!cell->saw_other && !cell->drop_marked));
+        char text[256];
 
+        if (lost > 0) {
+                snprintf(
+                        text, sizeof text,
+                        "%s[output dropped: the kernel wrote %zu bytes to stdout and stderr, only %zu of them reached "
+                        "kernelsupd]\n",
+                        cell->truncated ? "" : "\n", cell->written, cell->streamed);
+                cell_note(cell, text);
+        }
         if (!cell->truncated)
                 return;
-        snprintf(text, sizeof text, "[output truncated: %zu more bytes not kept]\n", cell->cut);
+        /* Not kept: what came past the limit, and what never came. */
+        cell->cut += lost;
+        snprintf(text, sizeof text, "[output truncated: %s%zu more bytes not kept]\n", exact ? "" : "at least ",
+                 cell->cut);
         cell_note(cell, text);
 }
 
@@ -165,6 +181,7 @@ void cell_on_stream(ExecCell *cell, const json_t *content) {
                 return;
         text = json_string_value(jtext);
         len = json_string_length(jtext);
+        cell->streamed += len;
         if (cell->truncated) {
                 cell->cut += len;
                 return;
@@ -197,8 +214,11 @@ void cell_on_display(ExecCell *cell, const char *type, const json_t *content) {
 
         if (!json_is_object(data))
                 return;
+        cell->saw_other = true;
+        size = bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
         if (cell->truncated) {
-                cell->cut += bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
+                cell->cut += size;
+                cell->cut_other += size;
                 return;
         }
         if (!json_is_object(metadata))
@@ -207,9 +227,9 @@ void cell_on_display(ExecCell *cell, const char *type, const json_t *content) {
                 return;
         if (!is_update && cell->clear_on_next)
                 cell_clear(cell);
-        size = bundle_size(data) + (is_update ? 0 : OUTPUT_COST);
         if (size > cell_room(cell)) {
                 cell->cut += size;
+                cell->cut_other += size;
                 cell_truncate(cell);
                 return;
         }
@@ -272,6 +292,7 @@ void cell_on_error(ExecCell *cell, const json_t *content) {
         json_auto_t *o = NULL;
         size_t size = error_size(content) + OUTPUT_COST;
 
+        cell->saw_other = true;
         if (cell->clear_on_next)
                 cell_clear(cell);
         if (cell->truncated || size > cell_room(cell)) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunking.h"
 #include "exec-cell.h"
 #include "util.h"
 
@@ -335,6 +336,13 @@ static int send_execute(ExecQueue *q, ExecCell *cell, char ret_msg_id[37]) {
         json_t *content = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", cell->code, "silent", 0,
                                     "store_history", 1, "user_expressions", "allow_stdin", 0, "stop_on_error", 1);
 
+        if (content && q->count_written &&
+            json_object_set_new(json_object_get(content, "user_expressions"), CHUNKING_WRITTEN_EXPRESSION,
+                                json_string(CHUNKING_WRITTEN_CODE)) < 0) {
+                json_decref(content);
+                return -ENOMEM;
+        }
+
         if (!content)
                 return -ENOMEM;
         return queue_send(q, CHANNEL_SHELL, "execute_request", content, ret_msg_id);
@@ -439,7 +447,7 @@ static void run_finish(ExecQueue *q) {
                         status = EXEC_OK;
                 else if (cell->reply_status && streq(cell->reply_status, "aborted")) {
                         status = EXEC_KERNEL_ABORTED;
-                        if (cell->interrupted || json_array_size(cell->outputs) > 0)
+                        if (cell->interrupted || json_array_size(cell->outputs) > 0 || cell->pend_name)
                                 snprintf(msg, sizeof msg,
                                          "the kernel answered the cell \"aborted\" after it had started%s; its "
                                          "outputs so far are shown",
@@ -623,6 +631,14 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                 }
                 free(cell->reply_status);
                 cell->reply_status = strdup(status);
+                {
+                        uint64_t written;
+
+                        if (chunking_written(msg->content, &written) > 0 && written <= SIZE_MAX) {
+                                cell->written_known = true;
+                                cell->written = (size_t) written;
+                        }
+                }
         }
         q->run.got_reply = true;
         if (!streq(status, "aborted"))
@@ -953,6 +969,11 @@ long long exec_queue_execution_count(const ExecQueue *q) {
 
 usec_t exec_queue_last_activity(const ExecQueue *q) {
         return q ? q->last_activity : 0;
+}
+
+void exec_queue_count_written(ExecQueue *q, bool on) {
+        if (q)
+                q->count_written = on;
 }
 
 const ExecCounters *exec_queue_counters(const ExecQueue *q) {

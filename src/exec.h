@@ -103,7 +103,18 @@ typedef struct ExecOptions {
          * stderr, "\n[output truncated: limit of N bytes reached]\n", then
          * nothing, except the first error output (it carries the cell's
          * outcome); when the cell ends, a last stderr output says how much
-         * more came: "[output truncated: M more bytes not kept]\n".
+         * was not kept: "[output truncated: M more bytes not kept]\n", or
+         * "[output truncated: at least M more bytes not kept]\n" where M is
+         * only what reached the daemon (past the limit) and what is known to
+         * be lost: when the kernel gave no count of what the cell wrote (see
+         * exec_queue_count_written; a cell that raised gets none), or outputs
+         * other than stream text were cut, or some were and messages were
+         * lost. When the kernel's count says the cell wrote more to stdout and
+         * stderr than came (its iopub socket drops what is queued past its
+         * high-water mark for a reader slower than the kernel, and tells
+         * nobody), a stderr output before that one says "[output dropped: the
+         * kernel wrote W bytes to stdout and stderr, only D of them reached
+         * kernelsupd]\n", also in a cell that did not reach its limit.
          * clear_output empties the collected outputs and their count, unless
          * the limit was reached already. */
         size_t output_limit;
@@ -130,6 +141,14 @@ typedef struct ExecHooks {
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);
 /* Aborts every cell (EXEC_ABORTED) and frees the queue after its timers close. */
 void exec_queue_free(ExecQueue *q);
+
+/* Whether the kernel counts what each request writes to stdout and stderr
+ * (output chunking's patch, chunking.h): cells sent from now on carry the
+ * user expression that asks for the count, and their outputs say exactly how
+ * much was not kept and how much never came (ExecOptions.output_limit). The
+ * context sets it for each kernel before it attaches it; detach and attach
+ * leave it as it is. Off at first. */
+void exec_queue_count_written(ExecQueue *q, bool on);
 
 /* The context's kernel answered kernel_info: cells may run on conn (borrowed
  * until detach). A cell that died with the previous kernel is answered now

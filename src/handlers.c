@@ -25,7 +25,10 @@ typedef struct Method {
         MethodFlags flags;
 } Method;
 
-#define N_METHODS 13 /* the rows of methods[] */
+#define N_METHODS 14 /* the rows of methods[] */
+/* history's page: cells per request, by default and at most. */
+#define HISTORY_LIMIT_DEFAULT 100
+#define HISTORY_LIMIT_MAX 1000
 
 struct Handlers {
         HandlersHost host;
@@ -50,7 +53,8 @@ typedef struct Waiter {
         WaitFor want;
         bool probing; /* WAIT_PROBE: a ping is out */
         uint64_t hb_base;
-        json_t *report; /* WAIT_REMOVED: the answer (owned) */
+        char expect[37]; /* WAIT_PROBE: check --expect's kernel_id, "" when none */
+        json_t *report;  /* WAIT_REMOVED: the answer (owned) */
         uv_timer_t timer;
 } Waiter;
 
@@ -111,13 +115,18 @@ static json_t *status_result(Handlers *h, json_t *names, const ControlPeer *peer
 }
 
 /* check's verdict: c answers, and the daemon that says so. */
-static json_t *check_json(Handlers *h, const Context *c, const ControlPeer *peer) {
+/* check's answer; expect (may be "") is the kernel the caller knew, whose namespace may have been rebuilt. */
+static json_t *check_json(Handlers *h, const Context *c, const ControlPeer *peer, const char *expect) {
         _cleanup_free_ char *degraded = NULL;
-        ReplyCheck r;
+        ReplyCheck r = {};
         json_t *j = NULL;
 
         h->host.status(h->host.userdata, peer, &r.supervisor, &degraded);
         context_reply(c, &r.context);
+        if (expect[0] && context_rebuilt(c, expect, &r.rebuilt.cells)) {
+                r.rebuilt.valid = true;
+                r.rebuilt.kernel_id = expect;
+        }
         return reply_check_encode(&r, &j) < 0 ? NULL : j;
 }
 
@@ -257,7 +266,7 @@ static void waiter_step(Handlers *h, Waiter *w) {
                 else if (!w->probing && context_probe(w->ctx, &w->hb_base) >= 0)
                         w->probing = true;
                 else if (w->probing && context_hb_answers(w->ctx) > w->hb_base)
-                        waiter_answer(w, 0, check_json(h, w->ctx, control_request_peer(w->req)), NULL);
+                        waiter_answer(w, 0, check_json(h, w->ctx, control_request_peer(w->req), w->expect), NULL);
                 return;
         case WAIT_ALL: {
                 size_t i;
@@ -492,6 +501,7 @@ static void method_restart(ControlRequest *req, json_t *params, void *userdata) 
         if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
         log_info("%s: restart requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
+        context_journal_forget(c, "restart requested");
         waiter_add(h, req, c, WAIT_READY, timeout);
         context_restart(c);
 }
@@ -503,6 +513,8 @@ static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
 
         if (!c || request_timeout(req, params, 60, &timeout) < 0)
                 return;
+        /* Asked to go: the next start is empty. */
+        context_journal_forget(c, "stop requested");
         if (context_state(c) == CONTEXT_STOPPED)
                 return control_request_reply(req, context_to_json(c));
         log_info("%s: stop requested by uid %u", context_name(c), (unsigned) control_request_peer(req)->uid);
@@ -514,14 +526,20 @@ static void method_stop(ControlRequest *req, json_t *params, void *userdata) {
 static void method_check(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
         Context *c = request_context(h, req, params);
+        json_t *expect = json_object_get(params, "expect");
         usec_t timeout;
         Waiter *w;
 
         if (!c || request_timeout(req, params, 10, &timeout) < 0)
                 return;
+        if (expect && (!json_is_string(expect) || json_string_length(expect) > 36))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "params.expect must be a kernel_id (at most 36 characters)");
         w = waiter_add(h, req, c, WAIT_PROBE, timeout);
-        if (w)
-                waiter_step(h, w);
+        if (!w)
+                return;
+        snprintf(w->expect, sizeof w->expect, "%s", expect ? json_string_value(expect) : "");
+        waiter_step(h, w);
 }
 
 /* wait: every named context (none named: every autostart one the peer sees) ready. */
@@ -643,6 +661,47 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
         /* Its streamed outputs and its reply each hold up to output_limit
          * bytes of text, which JSON may double (newlines, quotes). */
         control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
+}
+
+/* params[key]: an integer in [min, max], def when absent; else answered with an error and -EINVAL. */
+static int request_uint(ControlRequest *req, json_t *params, const char *key, long long min, long long max,
+                        long long def, long long *ret) {
+        json_t *v = json_object_get(params, key);
+
+        if (!v) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.%s must be an integer from %lld to %lld",
+                                      key, min, max);
+                return -EINVAL;
+        }
+        *ret = json_integer_value(v);
+        return 0;
+}
+
+/* history: a page of the context's cell journal (restore = replay). */
+static void method_history(ControlRequest *req, json_t *params, void *userdata) {
+        Handlers *h = userdata;
+        Context *c = request_context(h, req, params);
+        long long offset, limit;
+        json_t *j = NULL;
+        int r;
+
+        if (!c || request_uint(req, params, "offset", 0, INT64_MAX, 0, &offset) < 0 ||
+            request_uint(req, params, "limit", 1, HISTORY_LIMIT_MAX, HISTORY_LIMIT_DEFAULT, &limit) < 0)
+                return;
+        r = context_history(c, (size_t) offset, (size_t) limit, &j);
+        if (r == -ENODATA)
+                return control_request_error(req, KS_ERR_FAILED, NULL,
+                                             "context %s keeps no cell journal (restore = none)", context_name(c));
+        if (r < 0)
+                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot read the cell journal of %s: %s",
+                                             context_name(c), strerror(-r));
+        /* A page holds up to HISTORY_PAGE_BYTES of code, which JSON may make six times longer. */
+        control_request_allow_queue(req, 6 * HISTORY_PAGE_BYTES + 65536);
+        control_request_reply(req, j);
 }
 
 static void method_interrupt(ControlRequest *req, json_t *params, void *userdata) {
@@ -883,6 +942,7 @@ static const Method methods[] = {
         { "remove", method_remove, METHOD_CONFIGURE },
         { "metrics", method_metrics, 0 },
         { "kernels", method_kernels, 0 },
+        { "history", method_history, 0 },
 };
 _Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");
 

@@ -65,6 +65,16 @@ static void row_free(char **row) {
                 free(row[i]);
 }
 
+/* What status's INFO says of restore = replay: the replay while it runs or when it did not rebuild everything, and a
+ * journal that can no longer promise a rebuild. NULL when nothing. */
+static const char *replay_info(const ReplyContext *c) {
+        if (c->replay.valid && (streq_ptr(c->state, "restoring") || !streq_ptr(c->replay.phase, "done")))
+                return c->replay.text;
+        if (c->journal.valid && !c->journal.complete)
+                return "journal incomplete: a lost kernel is not rebuilt";
+        return NULL;
+}
+
 static int status_row(const ReplyContext *c, char **row) {
         row[COL_NAME] = client_sanitize(c->name, false);
         row[COL_STATE] = client_sanitize(c->state, false);
@@ -76,12 +86,14 @@ static int status_row(const ReplyContext *c, char **row) {
         /* "-" for a context of argv alone, whose kernel nobody named. */
         row[COL_KERNEL] = client_sanitize(c->kernel ?: "-", false);
         row[COL_LANGUAGE] = client_sanitize(c->language ?: "-", false);
-        row[COL_INFO] = client_sanitize(!render_state_is_up(c->state) && c->last_error ? c->last_error
-                                        : streq_ptr(c->running, "other")               ? "another client's cell"
-                                        : streq_ptr(c->running, "ours")                ? "a cell from exec"
+        row[COL_INFO] = client_sanitize(streq_ptr(c->state, "restoring") && replay_info(c) ? replay_info(c)
+                                        : !render_state_is_up(c->state) && c->last_error   ? c->last_error
+                                        : streq_ptr(c->running, "other")                   ? "another client's cell"
+                                        : streq_ptr(c->running, "ours")                    ? "a cell from exec"
                                         : render_state_is_up(c->state) && streq_ptr(c->output_chunking, "off")
                                                 ? "output chunking off"
-                                                : "",
+                                        : replay_info(c) ? replay_info(c)
+                                                         : "",
                                         false);
         for (size_t i = 0; i < N_COLUMNS; i++)
                 if (!row[i])
@@ -349,6 +361,27 @@ void render_exec_summary(const ReplyExecResult *res, bool died) {
                 printf("[%s]\n", st ?: "?");
 }
 
+void render_history(const ReplyHistory *h, bool first) {
+        if (first) {
+                _cleanup_free_ char *name = client_sanitize(h->context, false);
+                _cleanup_free_ char *note = h->note ? client_sanitize(h->note, false) : NULL;
+
+                printf("%s: %lld cell%s journaled%s%s\n", name ?: "?", h->total, h->total == 1 ? "" : "s",
+                       h->complete ? "" : ", incomplete: ", h->complete ? "" : note ?: "a cell is missing");
+        }
+        for (size_t i = 0; i < h->n_cells; i++) {
+                const ReplyCell *c = &h->cells[i];
+                _cleanup_free_ char *client = client_sanitize(c->client, false);
+                /* The code as it was written: its lines kept, control characters shown. */
+                _cleanup_free_ char *code = client_sanitize(c->code, true);
+                char when[64];
+
+                printf("[%lld] %s %s client %s%s\n%s\n", c->index, c->outcome,
+                       format_timestamp(when, sizeof when, c->at), client ?: "?",
+                       c->truncated ? " (code cut to fit a page)" : "", code ?: "?");
+        }
+}
+
 void render_check(const char *name, const ReplyCheck *check, const char *verdict, const char *expect) {
         _cleanup_free_ char *shown = client_sanitize(name, false);
         _cleanup_free_ char *state = client_sanitize(check->context.state, false);
@@ -359,7 +392,18 @@ void render_check(const char *name, const ReplyCheck *check, const char *verdict
                check->context.pid, kid ?: "?", check->context.incarnation, check->supervisor.generation);
         if (streq(verdict, "same"))
                 puts(": same kernel, namespace intact");
-        else if (streq(verdict, "replaced"))
+        else if (streq(verdict, "rebuilt") && check->rebuilt.cells >= 0)
+                printf(": kernel replaced (expected %s), namespace rebuilt by replaying %lld cell%s\n",
+                       expected ?: "?", check->rebuilt.cells, check->rebuilt.cells == 1 ? "" : "s");
+        else if (streq(verdict, "rebuilt"))
+                printf(": kernel replaced (expected %s), namespace rebuilt by replaying its journal\n",
+                       expected ?: "?");
+        else if (streq(verdict, "replaced") && check->context.replay.valid &&
+                 !streq_ptr(check->context.replay.phase, "done")) {
+                /* A replay that stopped or was skipped: not the namespace the caller knew. */
+                _cleanup_free_ char *text = client_sanitize(check->context.replay.text, false);
+                printf(": kernel replaced (expected %s), namespace not rebuilt: %s\n", expected ?: "?", text ?: "?");
+        } else if (streq(verdict, "replaced"))
                 printf(": kernel replaced (expected %s), namespace empty\n", expected ?: "?");
         else
                 putchar('\n');

@@ -36,6 +36,8 @@ void render_exec_summary(const ReplyExecResult *res, bool died);
 
 /* check's line: "NAME: ready pid P kernel_id K incarnation I generation G[: verdict]". verdict is
  * "ready", "same" or "replaced"; expect the kernel_id asked about (NULL: none). */
+/* One page of history: the journal's state before the first page (first), then each cell. */
+void render_history(const ReplyHistory *h, bool first);
 void render_check(const char *name, const ReplyCheck *check, const char *verdict, const char *expect);
 
 /* reload, add, remove: "added c", "restarted b (env changed)", ..., "unchanged 12"; what only a

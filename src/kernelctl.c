@@ -70,6 +70,11 @@ int set_timeout(json_t *params, usec_t timeout) {
         return json_object_set_new(params, "timeout", client_seconds_json(timeout)) < 0 ? -ENOMEM : 0;
 }
 
+/* How long a verb waits: --timeout when given, else its own default. */
+static usec_t timeout_or(const Options *o, usec_t fallback) {
+        return o->timeout != USEC_INFINITY ? o->timeout : fallback;
+}
+
 static int cmd_status(const Options *o, char **args, unsigned n_args) {
         json_auto_t *params = NULL, *result = NULL;
         _cleanup_(reply_status_done) ReplyStatus status = {};
@@ -83,8 +88,7 @@ static int cmd_status(const Options *o, char **args, unsigned n_args) {
                 if (!params)
                         return client_fail(EXIT_FAILED, "out of memory.");
         }
-        r = client_call(o->socket, "status", TAKE_PTR(params),
-                        o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, &result);
+        r = client_call(o->socket, "status", TAKE_PTR(params), timeout_or(o, STATUS_WAIT_USEC), &result);
         if (r != EXIT_OK)
                 return r;
         if (reply_status_decode(result, &status, &problem) < 0)
@@ -191,7 +195,7 @@ static int cmd_interrupt(const Options *o, char **args, unsigned n_args) {
         int r;
 
         r = client_call(o->socket, "interrupt", json_pack("{s:s}", "context", args[0]),
-                        o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, &result);
+                        timeout_or(o, STATUS_WAIT_USEC), &result);
         if (r != EXIT_OK)
                 return r;
         if (reply_interrupt_decode(result, &answer, &problem) < 0)
@@ -227,8 +231,7 @@ static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
         ReplyProblem problem;
         int r;
 
-        r = client_call(o->socket, "metrics", NULL, o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC,
-                        &result);
+        r = client_call(o->socket, "metrics", NULL, timeout_or(o, STATUS_WAIT_USEC), &result);
         if (r != EXIT_OK)
                 return r;
         if (reply_metrics_decode(result, &m, &problem) < 0)
@@ -240,6 +243,53 @@ static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
         return EXIT_OK;
 }
 
+/* Asks for the page of CTX's journal at offset: EXIT_OK with the decoded page in *ret (borrowing from *ret_json). */
+static int history_page(const Options *o, const char *name, long long offset, json_t **ret_json, ReplyHistory *ret) {
+        json_auto_t *params = json_pack("{s:s,s:I}", "context", name, "offset", (json_int_t) offset);
+        ReplyProblem problem;
+        int r;
+
+        if (!params)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        r = client_call(o->socket, "history", TAKE_PTR(params),
+                        o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC, ret_json);
+        if (r != EXIT_OK)
+                return r;
+        if (reply_history_decode(*ret_json, ret, &problem) < 0)
+                return client_invalid_reply(&problem);
+        return EXIT_OK;
+}
+
+/* history: the journal page by page, as it is read; with --json one object with every cell. */
+static int cmd_history(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *all = NULL;
+        long long offset = 0;
+        int r;
+
+        do {
+                _cleanup_(reply_history_done) ReplyHistory h = {};
+                json_auto_t *page = NULL;
+
+                r = history_page(o, args[0], offset, &page, &h);
+                if (r != EXIT_OK)
+                        return r;
+                if (o->json && !all)
+                        all = json_deep_copy(page);
+                else if (o->json &&
+                         json_array_extend(json_object_get(all, "cells"), json_object_get(page, "cells")) < 0)
+                        return client_fail(EXIT_FAILED, "out of memory.");
+                if (!o->json)
+                        render_history(&h, offset == 0);
+                offset = h.next;
+        } while (offset >= 0);
+        if (o->json) {
+                if (!all || json_object_set_new(all, "next", json_null()) < 0)
+                        return client_fail(EXIT_FAILED, "out of memory.");
+                return render_json(all);
+        }
+        return EXIT_OK;
+}
+
 /* ---- check and wait ---- */
 
 /* --json of check: the verdict, and what the daemon said of the context and of itself. */
@@ -247,8 +297,13 @@ static int print_check_json(const Options *o, const char *verdict, const json_t 
         const json_t *ctx = json_object_get(data, "context"), *sup = json_object_get(data, "supervisor");
         json_auto_t *shown = NULL;
 
-        shown = json_pack("{s:s, s:o, s:O, s:O}", "verdict", verdict, "expected",
-                          o->expect ? json_string(o->expect) : json_null(), "context",
+        const json_t *rebuilt = json_object_get(data, "rebuilt"), *replay = json_object_get(ctx, "replay");
+
+        /* replayed: how many cells rebuilt the namespace; replay: the last replay as status tells it. */
+        shown = json_pack("{s:s, s:o, s:O, s:O, s:O, s:O}", "verdict", verdict, "expected",
+                          o->expect ? json_string(o->expect) : json_null(), "replayed",
+                          json_is_object(rebuilt) ? json_object_get(rebuilt, "cells") : json_null(), "replay",
+                          json_is_object(replay) ? (json_t *) replay : json_null(), "context",
                           json_is_object(ctx) ? (json_t *) ctx : json_null(), "supervisor",
                           json_is_object(sup) ? (json_t *) sup : json_null());
         if (!shown || render_json(shown) != EXIT_OK)
@@ -257,7 +312,7 @@ static int print_check_json(const Options *o, const char *verdict, const json_t 
 }
 
 static int cmd_check(const Options *o, char **args, unsigned n_args) {
-        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : CHECK_TIMEOUT_USEC;
+        usec_t total = timeout_or(o, CHECK_TIMEOUT_USEC);
         json_auto_t *params = NULL;
         _cleanup_(client_reply_done) ClientReply reply = {};
         _cleanup_(reply_check_done) ReplyCheck check = {};
@@ -267,6 +322,9 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
         int r;
 
         params = json_pack("{s:s}", "context", args[0]);
+        /* The daemon says whether that kernel's namespace was rebuilt in the one that answers (restore = replay). */
+        if (params && o->expect && json_object_set_new(params, "expect", json_string(o->expect)) < 0)
+                params = NULL;
         if (!params)
                 return client_fail(EXIT_FAILED, "out of memory.");
         r = client_call_until(o->socket, "check", params, total, &reply);
@@ -278,8 +336,11 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
                         return client_invalid_reply(&problem);
                 if (!check.context.kernel_id)
                         return client_invalid_reply(&(ReplyProblem){ "context.kernel_id: null for a ready context" });
-                verdict = !o->expect ? "ready" : streq(check.context.kernel_id, o->expect) ? "same" : "replaced";
-                r = streq(verdict, "replaced") ? EXIT_REPLACED : EXIT_OK;
+                verdict = !o->expect                                  ? "ready"
+                          : streq(check.context.kernel_id, o->expect) ? "same"
+                          : check.rebuilt.valid                       ? "rebuilt"
+                                                                      : "replaced";
+                r = streq(verdict, "replaced") ? EXIT_REPLACED : streq(verdict, "rebuilt") ? EXIT_REBUILT : EXIT_OK;
         } else if (reply.code == KS_ERR_TIMEOUT) {
                 verdict = "not-ready";
                 r = EXIT_TIMEOUT;
@@ -309,7 +370,7 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
 }
 
 static int cmd_wait(const Options *o, char **args, unsigned n_args) {
-        usec_t total = o->timeout != USEC_INFINITY ? o->timeout : WAIT_TIMEOUT_USEC;
+        usec_t total = timeout_or(o, WAIT_TIMEOUT_USEC);
         json_auto_t *params = NULL;
         _cleanup_(client_reply_done) ClientReply reply = {};
         _cleanup_(reply_status_done) ReplyStatus status = {};
@@ -497,6 +558,8 @@ static const Verb verbs[] = {
           1, 1, ARGS_NEW_CONTEXT, cmd_add },
         { "remove", "CTX", "delete contexts_dir/CTX.ini, stop the context and wait\nuntil its kernel is gone", 1, 1,
           ARGS_NEW_CONTEXT, cmd_remove },
+        { "history", "CTX", "print the cells journaled for the context's kernel\n(restore = replay), oldest first", 1,
+          1, ARGS_CONTEXT, cmd_history },
         { "metrics", "",
           "print the metrics of the daemon and the contexts in\nthe OpenMetrics text format (--timeout as status)", 0,
           0, ARGS_NONE, cmd_metrics },
@@ -563,7 +626,8 @@ static void help(void) {
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost), 10 the kernel aborted the cell,\n"
+               "8 kernel replaced (namespace lost), 9 kernel replaced, namespace rebuilt by\n"
+               "replaying its journal (restore = replay), 10 the kernel aborted the cell,\n"
                "11 the cell never started (its timeout passed while it waited; it will\n"
                "not run).\n"
                "See kernelctl(1).\n");

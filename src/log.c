@@ -36,8 +36,14 @@ void log_internal(int level, int error, const char *fmt, ...) {
                 fprintf(stderr, "%s%s\n", level <= LOG_WARNING ? names[level] : "", buf);
 }
 
+/* journald's native socket. sd_journal_sendv() reports success when it does not exist ("fail silently if
+ * the journal is not available"), so an event sent there would be lost without a trace. */
+#define JOURNAL_SOCKET "/run/systemd/journal/socket"
+
 /* Whether stderr is the journal stream systemd gave us (JOURNAL_STREAM names its device and inode, as
- * systemd's own daemons check): then events go to the journal natively, with their fields. */
+ * systemd's own daemons check) and journald's socket is there: then events go to the journal natively,
+ * with their fields. A JOURNAL_STREAM inherited from elsewhere, or a journald gone, leaves them on stderr.
+ * Checked once: journald's socket does not come and go under a running service. */
 static bool stderr_is_journal(void) {
         static int cached = -1;
         const char *e;
@@ -48,7 +54,8 @@ static bool stderr_is_journal(void) {
                 return cached;
         e = getenv("JOURNAL_STREAM");
         cached = e && sscanf(e, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
-                 (unsigned long long) st.st_dev == dev && (unsigned long long) st.st_ino == ino;
+                 (unsigned long long) st.st_dev == dev && (unsigned long long) st.st_ino == ino &&
+                 stat(JOURNAL_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode);
         return cached;
 }
 

@@ -5,7 +5,7 @@
 static const char *const state_names[_CONTEXT_STATE_MAX] = {
         [CONTEXT_STOPPED] = "stopped", [CONTEXT_STARTING] = "starting",         [CONTEXT_READY] = "ready",
         [CONTEXT_BUSY] = "busy",       [CONTEXT_UNRESPONSIVE] = "unresponsive", [CONTEXT_BACKOFF] = "backoff",
-        [CONTEXT_FAILED] = "failed",   [CONTEXT_STOPPING] = "stopping",
+        [CONTEXT_FAILED] = "failed",   [CONTEXT_STOPPING] = "stopping",         [CONTEXT_RESTORING] = "restoring",
 };
 
 const char *context_state_to_string(ContextStateKind s) {
@@ -18,7 +18,8 @@ const char *context_state_to_string(ContextStateKind s) {
  * and stopped (restart = no) directly. */
 static const unsigned transitions[_CONTEXT_STATE_MAX] = {
         [CONTEXT_STOPPED] = S(STARTING),
-        [CONTEXT_STARTING] = S(READY) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
+        [CONTEXT_STARTING] = S(READY) | S(RESTORING) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
+        [CONTEXT_RESTORING] = S(READY) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
         [CONTEXT_READY] = S(BUSY) | S(UNRESPONSIVE) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
         [CONTEXT_BUSY] = S(READY) | S(UNRESPONSIVE) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
         [CONTEXT_UNRESPONSIVE] = S(READY) | S(BUSY) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),

@@ -16,6 +16,7 @@ typedef enum ContextStateKind {
         CONTEXT_BACKOFF,
         CONTEXT_FAILED,
         CONTEXT_STOPPING,
+        CONTEXT_RESTORING, /* restore = replay: the journal's cells run again in a kernel that replaced a lost one */
         _CONTEXT_STATE_MAX,
 } ContextStateKind;
 

@@ -37,7 +37,7 @@ enum {
         EXIT_TIMEOUT = 6,
         EXIT_CELL_ERROR = 7,
         EXIT_REPLACED = 8,
-        /* 9: kept for a namespace rebuilt by replaying (doc/design.md). */
+        EXIT_REBUILT = 9,         /* check: kernel replaced, its namespace rebuilt by replaying the journal */
         EXIT_KERNEL_ABORTED = 10, /* exec: the kernel answered the cell "aborted" (or "abort") without running it */
         EXIT_NOT_STARTED = 11,    /* exec: the cell never started (its timeout passed first); it will not run */
 };

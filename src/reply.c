@@ -102,6 +102,54 @@ static const Field limits_fields[] = {
 };
 static const ReplyType limits_type = TYPE(ReplyLimits, limits_fields);
 
+static const Field journal_fields[] = {
+        INT(ReplyJournal, "cells", cells, 0, INT64_MAX),
+        INT(ReplyJournal, "bytes", bytes, 0, INT64_MAX),
+        F(ReplyJournal, "complete", FIELD_BOOL, complete),
+        F(ReplyJournal, "note", FIELD_STRING, note, .flags = NULLABLE | LOSSY),
+};
+static const ReplyType journal_type = TYPE(ReplyJournal, journal_fields);
+_Static_assert(offsetof(ReplyJournal, valid) == 0, "a nullable struct starts with bool valid");
+
+static const Field replay_fields[] = {
+        F(ReplyReplay, "phase", FIELD_STRING, phase),
+        F(ReplyReplay, "from_kernel", FIELD_STRING, from_kernel, .flags = NULLABLE),
+        INT(ReplyReplay, "cells", cells, 0, INT64_MAX),
+        INT(ReplyReplay, "replayed", replayed, 0, INT64_MAX),
+        INT(ReplyReplay, "failed_cell", failed_cell, 1, INT64_MAX, .flags = NULLABLE, .none = 0),
+        F(ReplyReplay, "error", FIELD_STRING, error, .flags = NULLABLE | LOSSY),
+        F(ReplyReplay, "text", FIELD_STRING, text, .flags = LOSSY),
+};
+static const ReplyType replay_type = TYPE(ReplyReplay, replay_fields);
+_Static_assert(offsetof(ReplyReplay, valid) == 0, "a nullable struct starts with bool valid");
+
+static const Field rebuilt_fields[] = {
+        F(ReplyRebuilt, "kernel_id", FIELD_STRING, kernel_id),
+        INT(ReplyRebuilt, "cells", cells, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
+};
+static const ReplyType rebuilt_type = TYPE(ReplyRebuilt, rebuilt_fields);
+_Static_assert(offsetof(ReplyRebuilt, valid) == 0, "a nullable struct starts with bool valid");
+
+static const Field cell_fields[] = {
+        INT(ReplyCell, "index", index, 1, INT64_MAX),
+        F(ReplyCell, "at", FIELD_TIME, at),
+        F(ReplyCell, "client", FIELD_STRING, client, .flags = LOSSY),
+        F(ReplyCell, "outcome", FIELD_STRING, outcome),
+        F(ReplyCell, "code", FIELD_STRING, code, .flags = LOSSY),
+        F(ReplyCell, "truncated", FIELD_BOOL, truncated),
+};
+static const ReplyType cell_type = TYPE(ReplyCell, cell_fields);
+
+static const Field history_fields[] = {
+        F(ReplyHistory, "context", FIELD_STRING, context),
+        INT(ReplyHistory, "total", total, 0, INT64_MAX),
+        F(ReplyHistory, "complete", FIELD_BOOL, complete),
+        F(ReplyHistory, "note", FIELD_STRING, note, .flags = NULLABLE | LOSSY),
+        INT(ReplyHistory, "next", next, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
+        LIST(ReplyHistory, "cells", FIELD_ARRAY, cells, n_cells, .sub = &cell_type),
+};
+static const ReplyType history_type = TYPE(ReplyHistory, history_fields);
+
 static const Field context_fields[] = {
         F(ReplyContext, "name", FIELD_STRING, name),
         F(ReplyContext, "state", FIELD_STRING, state),
@@ -127,6 +175,8 @@ static const Field context_fields[] = {
         F(ReplyContext, "kernel", FIELD_STRING, kernel, .flags = NULLABLE),
         F(ReplyContext, "language", FIELD_STRING, language, .flags = NULLABLE | LOSSY),
         F(ReplyContext, "interrupt_mode", FIELD_STRING, interrupt_mode, .flags = NULLABLE),
+        F(ReplyContext, "journal", FIELD_STRUCT, journal, .sub = &journal_type, .flags = OPTIONAL),
+        F(ReplyContext, "replay", FIELD_STRUCT, replay, .sub = &replay_type, .flags = OPTIONAL),
 };
 static const ReplyType context_type = TYPE(ReplyContext, context_fields);
 
@@ -139,6 +189,7 @@ static const ReplyType status_type = TYPE(ReplyStatus, status_fields);
 static const Field check_fields[] = {
         F(ReplyCheck, "supervisor", FIELD_STRUCT, supervisor, .sub = &supervisor_type),
         F(ReplyCheck, "context", FIELD_STRUCT, context, .sub = &context_type),
+        F(ReplyCheck, "rebuilt", FIELD_STRUCT, rebuilt, .sub = &rebuilt_type, .flags = OPTIONAL),
 };
 static const ReplyType check_type = TYPE(ReplyCheck, check_fields);
 
@@ -620,7 +671,8 @@ static int decode_field(Decoder *d, const Field *f, const json_t *obj, void *ret
                 r = decoder_fail(d, "missing");
         else if (!j || (json_is_null(j) && (f->flags & NULLABLE)))
                 field_set_none(f, ret);
-        else if (f->kind == FIELD_STRUCT && (f->flags & NULLABLE)) {
+        else if (f->kind == FIELD_STRUCT && (f->flags & (NULLABLE | OPTIONAL))) {
+                /* Such a struct starts with bool valid: it came. */
                 r = decode_value(d, f, j, ret);
                 *AT(ret, f, bool) = true;
         } else
@@ -697,5 +749,6 @@ REPLY_DEFINE(interrupt, ReplyInterrupt)
 REPLY_DEFINE(metrics, ReplyMetrics)
 REPLY_DEFINE(kernels, ReplyKernels)
 REPLY_DEFINE(report, ReplyReport)
+REPLY_DEFINE(history, ReplyHistory)
 REPLY_DEFINE(error, ReplyError)
 REPLY_DEFINE(supervisor, ReplySupervisor)

@@ -85,11 +85,32 @@ typedef struct ReplyLimits {
         const char *group_kill; /* how a stop kills the kernel's group: "subreaper", "cgroup.kill", ... */
 } ReplyLimits;
 
+/* A context's cell journal ("journal", only with restore = replay; journal.h). */
+typedef struct ReplyJournal {
+        bool valid;
+        long long cells;  /* journaled cells of the current kernel (and those it was rebuilt from) */
+        long long bytes;  /* the file's size */
+        bool complete;    /* false: a cell was not journaled (journal_max, a failed write): no rebuild is promised */
+        const char *note; /* why it is incomplete or missing; NULL: null */
+} ReplyJournal;
+
+/* The last replay into one of the context's kernels ("replay", left out when there was none; replay.h). */
+typedef struct ReplyReplay {
+        bool valid;
+        const char *phase;       /* "running", "done", "failed", "timed-out", "lost" or "skipped" */
+        const char *from_kernel; /* the lost kernel it rebuilds; NULL: null */
+        long long cells;         /* cells to run again */
+        long long replayed;      /* cells that ran again */
+        long long failed_cell;   /* the journal's cell (1-based) it stopped at; 0: null */
+        const char *error;       /* the cell's error, or why it stopped or was skipped; NULL: null */
+        const char *text;        /* one line, as kernelctl prints it */
+} ReplyReplay;
+
 /* One context's status. */
 typedef struct ReplyContext {
         const char *name;
         const char *state;     /* "stopped", "starting", "ready", "busy", "unresponsive", "backoff",
-                                * "failed" or "stopping" */
+                                * "failed", "stopping" or "restoring" */
         long long pid;         /* 0: null (no kernel running) */
         const char *kernel_id; /* a UUID; NULL: null (never started) */
         long long incarnation; /* kernels started so far, over the daemon's restarts */
@@ -114,6 +135,8 @@ typedef struct ReplyContext {
                                       * alone) */
         const char *language;        /* the kernelspec's language; NULL: null */
         const char *interrupt_mode;  /* how the kernel is interrupted: "signal" or "message"; NULL: null */
+        ReplyJournal journal;        /* left out with restore = none */
+        ReplyReplay replay;          /* left out when no replay happened since the daemon started */
 } ReplyContext;
 
 /* status and wait: the daemon and the contexts asked for. */
@@ -124,9 +147,17 @@ typedef struct ReplyStatus {
 } ReplyStatus;
 
 /* check: the context answers, and the daemon that says so. */
+/* check --expect ID: the running kernel's namespace was rebuilt from ID's by replaying its journal. */
+typedef struct ReplyRebuilt {
+        bool valid;
+        const char *kernel_id; /* the expected (lost) kernel */
+        long long cells;       /* cells replayed; -1: null (a replay before this daemon started) */
+} ReplyRebuilt;
+
 typedef struct ReplyCheck {
         ReplySupervisor supervisor;
         ReplyContext context;
+        ReplyRebuilt rebuilt; /* left out unless so */
 } ReplyCheck;
 
 /* The data of a KS_ERR_TIMEOUT of check, start, stop and restart: the context as it was. */
@@ -203,6 +234,27 @@ typedef struct ReplyReport {
         size_t n_stopping;
 } ReplyReport;
 
+/* One journaled cell, as history tells it. */
+typedef struct ReplyCell {
+        long long index;     /* 1-based, in the journal */
+        usec_t at;           /* when it was journaled */
+        const char *client;  /* the session of the execute_request (encoded lossily) */
+        const char *outcome; /* "ok", "error" or "aborted" */
+        const char *code;    /* encoded lossily; cut to a page's bound when truncated */
+        bool truncated;
+} ReplyCell;
+
+/* history: a page of a context's journal (restore = replay). */
+typedef struct ReplyHistory {
+        const char *context;
+        long long total;  /* cells in the journal */
+        bool complete;    /* as status's journal.complete */
+        const char *note; /* why it is incomplete or missing; NULL: null */
+        long long next;   /* the offset of the next page; -1: null (this is the last) */
+        ReplyCell *cells;
+        size_t n_cells;
+} ReplyHistory;
+
 /* The "error" member of an error reply. */
 typedef struct ReplyError {
         long long code;      /* RPC_* or KS_ERR_* of protocol.h, within 32 bits */
@@ -225,5 +277,6 @@ REPLY_DECLARE(interrupt, ReplyInterrupt);
 REPLY_DECLARE(metrics, ReplyMetrics);
 REPLY_DECLARE(kernels, ReplyKernels);
 REPLY_DECLARE(report, ReplyReport);
+REPLY_DECLARE(history, ReplyHistory);
 REPLY_DECLARE(error, ReplyError);
 REPLY_DECLARE(supervisor, ReplySupervisor);

@@ -23,22 +23,16 @@
 /* The state letter, parent and process group of pid from /proc/PID/stat; -ESRCH when it is gone. Without
  * allocating: it runs in a tight loop (see children_kill()). */
 static int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, pid_t *ret_pgid) {
-        _cleanup_close_ int fd = -1;
-        char path[64], s[1024], *p;
-        int ppid, pgid;
-        ssize_t n;
+        char s[1024];
+        const char *p;
+        int ppid, pgid, r;
 
-        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        r = proc_pid_stat_read(pid, s, sizeof s, &p);
+        if (r == -EIO)
+                return r;
+        if (r < 0)
                 return -ESRCH;
-        n = read(fd, s, sizeof s - 1);
-        if (n <= 0)
-                return -ESRCH;
-        s[n] = '\0';
-        /* The command name may hold spaces and parentheses: the fields follow the last ')'. */
-        p = strrchr(s, ')');
-        if (!p || sscanf(p + 1, " %c %d %d", ret_state, &ppid, &pgid) != 3)
+        if (sscanf(p, " %c %d %d", ret_state, &ppid, &pgid) != 3)
                 return -EIO;
         *ret_ppid = ppid;
         *ret_pgid = pgid;

@@ -173,6 +173,8 @@ static void supervisor_check_shutdown(Supervisor *s) {
         for (size_t i = 0; i < s->n_retiring; i++)
                 if (context_state(s->retiring[i]) != CONTEXT_STOPPED)
                         return;
+        if (s->shutdown_timer.data)
+                log_info("all kernels stopped; exiting");
         supervisor_finish(s);
 }
 
@@ -371,6 +373,7 @@ static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const
                 /* Stopped, and freed once stopped (retire_cb). */
                 bool stopped = context_state(c) == CONTEXT_STOPPED;
                 log_info("%s: removed from the configuration; stopping", a->name);
+                context_journal_forget(c, "removed");
                 s->retiring[s->n_retiring++] = c;
                 context_stop(c);
                 /* No state change comes from a context stopped already: it is retired now. */
@@ -387,6 +390,7 @@ static void reload_apply(Supervisor *s, const ReloadAction *a, Context *c, const
                 }
                 if (a->restart) {
                         log_info("%s: settings of its process changed; restarting", a->name);
+                        context_journal_forget(c, "process settings changed");
                         context_restart(c);
                 } else if (a->start)
                         context_start(c);
@@ -632,6 +636,44 @@ static void supervisor_shutdown(Supervisor *s, const char *why) {
         supervisor_check_shutdown(s);
 }
 
+/* How long a SIGTERM waits for systemd to say whether it restarts us; past it, the kernels are stopped. */
+#define RESTART_QUERY_USEC (2 * USEC_PER_SEC)
+
+/* Whether a SIGTERM from sender is the stop half of a restart of our unit by systemd (PID 1): then the
+ * kernels are left for the next daemon to adopt (KillMode=process keeps them), as README promises for a
+ * restart and an upgrade. A plain stop, a SIGTERM from anyone else, or no answer in time: stop them. */
+static bool supervisor_restarting(Supervisor *s, pid_t sender, const char *from) {
+        _cleanup_free_ char *unit = NULL;
+        int r;
+
+        if (s->stopping || s->pid1 || sender != 1)
+                return false;
+        r = notify_restart_queued(RESTART_QUERY_USEC, &unit);
+        if (r > 0)
+                log_info("SIGTERM from %s: a restart of %s is running, so the kernels stay for the next kernelsupd "
+                         "to adopt",
+                         from, unit);
+        else if (r < 0 && unit)
+                log_warning_errno(r,
+                                  "SIGTERM from %s: cannot ask systemd whether it restarts %s (%m); stopping the "
+                                  "kernels",
+                                  from, unit);
+        return r > 0;
+}
+
+/* Exits leaving every kernel running: their state is on disk (written ahead), so the next daemon adopts
+ * them as it would after a crash. */
+static void supervisor_leave(Supervisor *s) {
+        size_t n = 0;
+
+        s->stopping = true;
+        notify_stopping(s->notify);
+        for (size_t i = 0; i < s->n_contexts; i++)
+                n += context_pid(s->contexts[i]) > 0;
+        log_info("exiting; %zu kernel%s left running", n, n == 1 ? "" : "s");
+        supervisor_finish(s);
+}
+
 /* "pid 1234 (systemd)": who sent a signal, for the log. */
 static void describe_sender(pid_t pid, char *buf, size_t size) {
         char path[64];
@@ -664,7 +706,9 @@ static void signalfd_cb(uv_poll_t *h, int status, int events) {
                         log_info("SIGHUP from %s: reloading %s", from, s->config->path);
                         if (supervisor_reload_announced(s, false, &report, &error) >= 0)
                                 json_decref(report);
-                } else {
+                } else if (si.ssi_signo == SIGTERM && supervisor_restarting(s, (pid_t) si.ssi_pid, from))
+                        supervisor_leave(s);
+                else {
                         snprintf(why, sizeof why, "%s from %s", si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM", from);
                         supervisor_shutdown(s, why);
                 }
@@ -686,7 +730,6 @@ int supervisor_block_signals(void) {
 static void supervisor_finish(Supervisor *s) {
         if (s->shutdown_timer.data == NULL)
                 return; /* already finishing */
-        log_info("all kernels stopped; exiting");
         handlers_shutdown(s->handlers);
         uv_timer_stop(&s->shutdown_timer);
         uv_close((uv_handle_t *) &s->shutdown_timer, NULL);
@@ -919,14 +962,7 @@ int supervisor_run(Supervisor *s) {
         /* Kernels an earlier daemon left running keep their variables: adopt them. */
         for (size_t i = 0; i < s->n_contexts; i++) {
                 Context *c = s->contexts[i];
-                _cleanup_free_ char *reason = NULL;
-                int r = context_adopt(c, &reason);
-                if (reason)
-                        log_event(r < 0 ? LOG_WARNING : LOG_NOTICE,
-                                  &(LogEvent){ .message_id = LOG_ID_KERNEL_NOT_ADOPTED,
-                                               .context = context_name(c),
-                                               .reason = reason },
-                                  "%s: %s", context_name(c), reason);
+                int r = context_adopt(c);
                 if (r <= 0 && context_autostart(c))
                         context_start(c);
         }

@@ -45,7 +45,8 @@ int parse_duration(const char *s, usec_t *ret) {
                 *ret = USEC_INFINITY;
                 return 0;
         }
-        if (!isdigit((unsigned char) s[0]))
+        /* strtod would read hexadecimal ("0x10") too: not a duration anyone writes. */
+        if (!isdigit((unsigned char) s[0]) || (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
                 return -EINVAL;
         errno = 0;
         v = strtod(s, &end);
@@ -58,6 +59,9 @@ int parse_duration(const char *s, usec_t *ret) {
                 if (r >= 1.8e19)
                         return -ERANGE;
                 *ret = (usec_t) llround(r);
+                /* Never 0 for more than 0 ("1e-9"): a positive duration stays one. */
+                if (*ret == 0 && r > 0)
+                        *ret = 1;
                 return 0;
         }
         return -EINVAL;
@@ -293,24 +297,38 @@ int read_boot_id(char out[37]) {
         return 0;
 }
 
-/* Field n (from 3, as proc(5) numbers them) of /proc/PID/stat, a number. */
-static int proc_pid_stat_field(pid_t pid, int n, uint64_t *ret) {
-        char path[64];
-        _cleanup_free_ char *s = NULL;
-        char *p;
-        int r;
+int proc_pid_stat_read(pid_t pid, char *buf, size_t size, const char **ret_fields) {
+        _cleanup_close_ int fd = -1;
+        char path[64], *p;
+        ssize_t n;
 
         snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-        r = read_file(path, 4096, &s, NULL);
-        if (r == -ENOENT)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? -ESRCH : -errno;
+        n = read(fd, buf, size - 1);
+        if (n < 0)
+                return -errno;
+        if (n == 0)
                 return -ESRCH;
-        if (r < 0)
-                return r;
-        /* The command name (field 2) may hold spaces and parentheses: skip past the last ')'. */
-        p = strrchr(s, ')');
+        buf[n] = '\0';
+        /* The command name (field 2) may hold spaces and parentheses: the fields follow the last ')'. */
+        p = strrchr(buf, ')');
         if (!p)
                 return -EIO;
-        p++;
+        *ret_fields = p + 1;
+        return 0;
+}
+
+/* Field n (from 3, as proc(5) numbers them) of /proc/PID/stat, a number. */
+static int proc_pid_stat_field(pid_t pid, int n, uint64_t *ret) {
+        char s[4096];
+        const char *p;
+        int r;
+
+        r = proc_pid_stat_read(pid, s, sizeof s, &p);
+        if (r < 0)
+                return r;
         for (int field = 3; field < n; field++) {
                 p = strchr(p + 1, ' ');
                 if (!p)

@@ -14,7 +14,8 @@
 usec_t now_usec(clockid_t clock);
 
 /* "30", "30s", "500ms", "5min", "2h", "1.5s", "250us". A bare number is seconds.
- * "infinity" gives USEC_INFINITY. -EINVAL on anything else, -ERANGE on overflow. */
+ * "infinity" gives USEC_INFINITY. A value above 0 is at least 1 us (never 0).
+ * -EINVAL on anything else (hexadecimal too), -ERANGE on overflow. */
 int parse_duration(const char *s, usec_t *ret);
 /* Formats a duration for people: "2d 3h", "5min 2s", "850ms". Returns buf. */
 char *format_duration(char *buf, size_t size, usec_t usec);
@@ -53,6 +54,9 @@ void uuid_random(char out[37]);
 
 /* The kernel's boot_id (36 characters and a NUL). */
 int read_boot_id(char out[37]);
+/* Reads /proc/PID/stat into buf (size bytes; without allocating) and points *ret_fields past the command name,
+ * at field 3 (the state letter). -ESRCH when pid is gone, -EIO when there is no ')', else -errno. */
+int proc_pid_stat_read(pid_t pid, char *buf, size_t size, const char **ret_fields);
 /* Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat),
  * which with the pid identifies a process across pid reuse. -ESRCH if gone. */
 int proc_pid_starttime(pid_t pid, uint64_t *ret);

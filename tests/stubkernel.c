@@ -12,7 +12,9 @@
  * Two cells behave otherwise: "abort" is answered status "abort" without an
  * execution_count (as tslab answers a cell it aborted), and "hang" runs until an
  * interrupt_request comes on control (SIGINT is ignored), then ends with a
- * KeyboardInterrupt error. */
+ * KeyboardInterrupt error.
+ * For the heartbeat: SIGUSR1 makes it stop answering heartbeat pings (as a
+ * kernel stuck in C code with its GIL held), SIGUSR2 makes it answer again. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -29,6 +31,11 @@
 static const char *key;
 static const char *session = "stubkernel";
 static bool ignore_shutdown;
+static volatile sig_atomic_t hb_silent; /* SIGUSR1 sets it, SIGUSR2 clears it */
+
+static void on_hb_signal(int sig) {
+        hb_silent = sig == SIGUSR1;
+}
 
 /* The "hang" cell: its request (frames kept, parsed into req) until an interrupt_request ends it. */
 static struct {
@@ -163,13 +170,15 @@ static int handle(void *sock, void *iopub, int *count) {
         return r;
 }
 
-/* The heartbeat is a ROUTER echo, as ipykernel's, or a REP (which strips the envelope and puts it back). */
+/* The heartbeat is a ROUTER echo, as ipykernel's, or a REP (which strips the envelope and puts it back); while
+ * hb_silent, a ping is read and dropped. */
 static void echo(void *hb) {
         zmq_msg_t frames[8];
         int n = recv_multipart(hb, frames, 8);
 
         for (int i = 0; i < n; i++) {
-                zmq_msg_send(&frames[i], hb, i < n - 1 ? ZMQ_SNDMORE : 0);
+                if (!hb_silent)
+                        zmq_msg_send(&frames[i], hb, i < n - 1 ? ZMQ_SNDMORE : 0);
                 zmq_msg_close(&frames[i]);
         }
 }
@@ -225,6 +234,9 @@ int main(int argc, char *argv[]) {
                 }
         }
         signal(SIGINT, SIG_IGN); /* an interrupt with nothing running, as ipykernel when idle */
+        struct sigaction sa = { .sa_handler = on_hb_signal };
+        sigaction(SIGUSR1, &sa, NULL);
+        sigaction(SIGUSR2, &sa, NULL);
         while (!done) {
                 /* While "hang" runs, shell waits as a real kernel's does: only control and hb are answered. */
                 zmq_pollitem_t items[] = {

@@ -61,6 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK_TYPE(metrics, ReplyMetrics, j);
         CHECK_TYPE(kernels, ReplyKernels, j);
         CHECK_TYPE(report, ReplyReport, j);
+        CHECK_TYPE(history, ReplyHistory, j);
         CHECK_TYPE(error, ReplyError, j);
         json_decref(j);
         return 0;

@@ -1,5 +1,6 @@
 """The Dockerfile, checked as far as a machine without a Docker engine can: its stages are defined
-before they are copied from, what it copies is what `make install` makes, the runtime stage installs
+before they are copied from, what it copies is what `make install` makes (and all of it the programs
+use: the preload launcher too), the runtime stage installs
 the package of every library the programs link, and the build stage every -dev package the build
 needs (tools/deps.sh)."""
 import json
@@ -115,6 +116,19 @@ def run(tap):
             rel = os.path.relpath(src, out_dir)
             tap.ok(not rel.startswith("..") and os.path.exists(os.path.join(dest, rel)),
                    f"the build stage installs {src}")
+        # Every file make install puts where the programs look at run time is in the image: the systemd
+        # unit and the journal catalog are for a host's systemd, which the container has not.
+        for_systemd = ("usr/lib/systemd/",)
+        left = []
+        for root, _, files in os.walk(dest):
+            for f in files:
+                rel = os.path.relpath(os.path.join(root, f), dest)
+                srcs = [os.path.relpath(c[1], out_dir) for c in copies]
+                inside = any(rel == s or rel.startswith(s + "/") for s in srcs)
+                if not inside and not rel.startswith(for_systemd):
+                    left.append("/" + rel)
+        tap.ok(not left, "the runtime stage copies every installed file the programs use (the preload "
+               "launcher in the package's data directory among them)", f"not copied: {sorted(left)}")
         entry = next(a for w, a in runtime if w == "ENTRYPOINT")
         argv = json.loads(entry)
         copied = {c[2] for c in copies}

@@ -1,17 +1,23 @@
 """Output chunking against a real daemon and real ipykernels: a cell that prints 1 GiB
 fast (1 MiB writes) or 300 MiB in one write gives the caller, through kernelctl exec
 plain, --json and --stream, exactly the first output_limit bytes, the marker naming
-how much was cut, and [ok #N] with exit 0; the next cell's output is its own. The
-patch is invisible to user code: In, Out, _, the names and execution_count after ready
-are those of a bare ipykernel started here, and write() keeps its return value, its
-errors and the order of what is written. A kernel the patch does not fit, one that
-answers it late, and output_chunking = no still turn ready, and status and log say
-chunking is off; a non-IPython kernel gets nothing; an adopted kernel is patched once,
-not twice."""
+exactly how much was cut, and [ok #N] with exit 0; the next cell's output is its own.
+The count is the kernel's own (the patch counts what each request writes): messages the
+kernel's iopub socket drops for a reader slower than the kernel (a daemon stopped
+mid-flood here) are named, and where no exact count exists (a cell that raised, display
+data, no chunking) the marker says "at least". The patch and the count's user
+expression are invisible to user code: In, Out, _, the names, sys.last_value and
+execution_count are those of a bare ipykernel started here, another client's
+user_expressions come back as its own, and write() keeps its return value, its errors
+and the order of what is written. A kernel the patch does not fit, one that answers it
+late, and output_chunking = no still turn ready, and status and log say chunking is off;
+a non-IPython kernel gets nothing; an adopted kernel is patched once, not twice."""
 
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,6 +40,11 @@ PROBE = ("print(repr((sorted(get_ipython().user_ns), In, Out, get_ipython().exec
          " get_ipython().kernel.execution_count, _, __, _i, _ii, sorted(get_ipython().user_ns_hidden),"
          " hasattr(__import__('sys'), 'last_value'))))")
 CHUNK = "print(getattr(type(__import__('sys').stdout).write, 'kernelsup_chunk', None))"
+# After a cell that raised and one that did not (whose reply carries the count): what IPython keeps of the error,
+# the counters, the names, the history and the results.
+AFTER_ERROR = ["1/0", "x = 5",
+               "import sys\nprint(repr((type(sys.last_value).__name__, str(sys.last_value),"
+               " get_ipython().execution_count, sorted(get_ipython().user_ns), In, Out, _, _i)))"]
 # A kernel the patch does not fit (an OutStream class with a write of its own), or that answers it late
 # (a pre_run_cell hook that sleeps through silent cells).
 LAUNCHER = """import sys
@@ -94,17 +105,23 @@ def texts(outputs, name):
     return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == name)
 
 
+# What the daemon says when the kernel's count shows it wrote more than came.
+LOST_RE = (r"\[output dropped: the kernel wrote (\d+) bytes to stdout and stderr, only (\d+) of them reached "
+           r"kernelsupd\]\n")
+
+
 def check_cut(tap, text, total, what):
-    """text is the stderr the caller got: the limit marker, then the cut. The cut is what the daemon
-    received past the head: all of it when it reads iopub as fast as the kernel writes; the kernel's
-    PUB socket drops what is queued past its high-water mark (1000 messages) for a slower reader,
-    so it may name less, never more, and never nothing."""
-    m = re.fullmatch(r"\n" + re.escape(TRUNCATED) + r"\n\[output truncated: (\d+) more bytes not kept\]\n", text)
-    cut = int(m.group(1)) if m else -1
-    tap.ok(0 < cut <= total - LIMIT, f"{what}: the outputs end with the limit marker and the cut "
-           f"(0 < {cut} <= {total - LIMIT})", text[-300:])
-    if cut != total - LIMIT:
-        tap.diag(f"{what}: the daemon saw {cut} of the {total - LIMIT} bytes past the head")
+    """text is the stderr the caller got: the limit marker, then (when the kernel's iopub dropped
+    messages for a reader slower than the kernel) what the kernel wrote and what reached the daemon,
+    then the cut: exactly what was not kept, by the kernel's own count of what the cell wrote."""
+    m = re.fullmatch(r"\n" + re.escape(TRUNCATED) + r"\n(?:" + LOST_RE + r")?"
+                     r"\[output truncated: (\d+) more bytes not kept\]\n", text)
+    cut = int(m.group(3)) if m else -1
+    tap.eq(cut, total - LIMIT, f"{what}: the outputs end with the limit marker and exactly the cut", text[-300:])
+    if m and m.group(1):
+        tap.ok(int(m.group(1)) == total and int(m.group(2)) < total,
+               f"{what}: what the kernel wrote is the whole flood, what reached the daemon less", text[-300:])
+        tap.diag(f"{what}: the daemon saw {m.group(2)} of the {total} bytes written")
 
 
 def check_flood(tap, d, what, code, char, total):
@@ -169,6 +186,70 @@ def test_floods(tap, d):
            "with chunking the same write gives the head and the cut", r.stderr[-300:])
 
 
+def test_lost(tap, d):
+    """The kernel's iopub socket drops what is queued past its high-water mark (1000 messages) for a
+    reader slower than the kernel, and tells nobody. The daemon, stopped while a cell writes 3000
+    messages of 2000 bytes, names the loss from the kernel's count, and the cut is still exact."""
+    sync = os.path.join(d.tmp, "lost")
+    os.mkdir(sync)
+    os.chmod(sync, 0o777)
+    go, done = os.path.join(sync, "go"), os.path.join(sync, "done")
+    code = (f"import os, sys, time\nprint('go', flush=True)\nwhile not os.path.exists({go!r}): time.sleep(0.01)\n"
+            "for i in range(3000):\n    sys.stdout.write('w' * 2000)\n    sys.stdout.flush()\n"
+            f"open({done!r}, 'w').close()")
+    written = 3 + 3000 * 2000
+    pid = d.rpc("check", {"context": "flood"})["result"]["supervisor"]["pid"]
+    p = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "exec", "flood", code, "--stream"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    tap.eq(json.loads(first or "{}").get("text"), "go\n", "lost: the cell runs")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        open(go, "w").close()
+        harness.wait_until(lambda: os.path.exists(done), 60, "the cell to write its 3000 messages")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out, err = p.communicate(timeout=harness.scaled(120))
+    lines = (first + out).rstrip("\n").split("\n")
+    j = last_json(out)
+    streamed = [json.loads(line) for line in lines[:-1] if line.startswith("{")]
+    tap.eq((p.returncode, j.get("status")), (0, "ok"), "lost: exit 0, status ok", err[-300:])
+    tap.ok(texts(streamed, "stdout") == "go\n" + "w" * (LIMIT - 3), "lost: the head is whole",
+           f"{len(texts(streamed, 'stdout'))} bytes")
+    text = texts(streamed, "stderr")
+    m = re.search(LOST_RE, text)
+    tap.ok(m and int(m.group(1)) == written and LIMIT < int(m.group(2)) < written,
+           f"lost: the outputs say the kernel wrote {written} bytes and fewer reached the daemon", text[-400:])
+    tap.ok(text.endswith(f"[output truncated: {written - LIMIT} more bytes not kept]\n"),
+           "lost: and exactly how much was not kept: what came past the limit and what never came", text[-400:])
+    r = d.ctl("exec", "flood", "print('next')", timeout=120)
+    tap.ok(r.returncode == 0 and re.fullmatch(r"next\n\[ok #\d+\]\n", r.stdout) and r.stderr == "",
+           "lost: the next cell gets its own output, and no loss", r.stdout[-200:] + r.stderr[-300:])
+
+
+def test_at_least(tap, d):
+    """Where the kernel gives no count that covers everything cut, the marker says "at least"."""
+    def cut_line(ctx, code):
+        r = d.ctl("exec", ctx, code, timeout=120)
+        return r.returncode, r.stderr.rstrip("\n").split("\n")[-1]
+
+    tap.eq(cut_line("flood", "print('a' * 3000000)\n1/0"),
+           (7, f"[output truncated: at least {3000001 - LIMIT} more bytes not kept]"),
+           "a cell that raised (IPython evaluates no user expression then): at least")
+    rc, line = cut_line("flood", "from IPython.display import display\n"
+                        "for i in range(3000): display({'text/plain': 'd' * 1000}, raw=True)")
+    tap.ok(rc == 0 and re.fullmatch(r"\[output truncated: at least \d+ more bytes not kept\]", line),
+           "display data cut: at least (the kernel counts only stream text)", line)
+    tap.eq(cut_line("nochunk", "print('a' * 3000000)"),
+           (0, f"[output truncated: at least {3000001 - LIMIT} more bytes not kept]"),
+           "output_chunking = no (no count): at least")
+    tap.eq(cut_line("flood", "exec = complex = __import__ = type = str = None\nprint('b' * 2000000)"),
+           (0, f"[output truncated: {2000001 - LIMIT} more bytes not kept]"),
+           "the user's own exec, complex, __import__, type and str: the count is still exact")
+    r = d.ctl("exec", "flood", "del exec, complex, __import__, type, str")
+    tap.eq(r.returncode, 0, "and the names are the user's to delete", r.stderr)
+
+
 def bare_kernel(d):
     """A bare ipykernel (same command line as the contexts', no daemon): its connection file and process."""
     from jupyter_client.connect import write_connection_file
@@ -186,6 +267,7 @@ def test_invisible(tap, d):
     try:
         want = kc.run(PROBE, timeout=60)
         bare_chunk = kc.run(CHUNK, timeout=60)
+        bare_after = [kc.run(code, timeout=60) for code in AFTER_ERROR][-1]
     finally:
         kc.close()
         proc.kill()
@@ -197,11 +279,33 @@ def test_invisible(tap, d):
     r = d.ctl("exec", "fresh", CHUNK)
     tap.eq((r.stdout.split("\n")[0], bare_chunk["stdout"]), (str(MiB), "None\n"),
            "the context's kernel has the patch (1 MiB pieces), the bare one not")
+    rs = [d.ctl("exec", "fresh", code, timeout=60) for code in AFTER_ERROR]
+    tap.eq([r.returncode for r in rs], [7, 0, 0], "1/0, x = 5, and the look at what IPython kept: exit 7, 0, 0")
+    tap.eq(rs[-1].stdout.split("\n")[0], bare_after["stdout"].rstrip("\n"),
+           "after an error and a counted cell: sys.last_value, execution_count, names, In, Out, _: as in a bare "
+           "ipykernel")
+
+    # Another client's user_expressions come back as its own, and its cell's count is no daemon cell's.
+    kc = harness.KernelClient(d.context("fresh")["connection_file"], timeout=30)
+    try:
+        kc.run("pass", timeout=60)  # iopub connected
+        msg_id = kc.kc.execute("y = 6\nprint('c' * 3000000)", user_expressions={"mine": "y * 7"}, allow_stdin=False)
+        reply = {}
+        while reply.get("parent_header", {}).get("msg_id") != msg_id:
+            reply = kc.kc.get_shell_msg(timeout=harness.scaled(60))
+    finally:
+        kc.close()
+    ue = reply["content"].get("user_expressions", {})
+    tap.eq((sorted(ue), ue.get("mine", {}).get("data", {}).get("text/plain")), (["mine"], "42"),
+           "a stock client's user_expressions: its own, and only its own")
+    r = d.ctl("exec", "fresh", "print(y)")
+    tap.eq((r.returncode, r.stdout, r.stderr), (0, "6\n[ok #8]\n", ""),
+           "the next cell through the daemon: its own output, no count of the client's cell")
     code = ("import sys\nw = type(sys.stdout).write\n"
             "print(w.__name__, w.__qualname__, w.__module__, sys.stdout.write('abc'), sys.stdout.write('e' * 3000000),"
             " sys.stderr.write(''), sys.stdout.write('\\u00e9' * (1 << 20)))")
     r = d.ctl("exec", "fresh", code, timeout=120)
-    tap.ok(r.stdout.endswith("write OutStream.write ipykernel.iostream 3 3000000 0 1048576\n[ok #3]\n"),
+    tap.ok(r.stdout.endswith("write OutStream.write ipykernel.iostream 3 3000000 0 1048576\n[ok #9]\n"),
            "write keeps its name and returns the length of what it was given, big or not", r.stdout[-200:])
     tap.ok(r.stdout.startswith("abc" + "e" * 3000000 + "\u00e9" * MiB), "pieces arrive whole and in order")
     r = d.ctl("exec", "fresh", "import sys\nsys.stdout.write(1)")
@@ -248,6 +352,10 @@ def test_slow(tap, d):
     tap.eq(st.get("output_chunking"), "on", "its late answer turns chunking on")
     r = d.ctl("exec", "slow", CHUNK)
     tap.eq(r.stdout, f"{MiB}\n[ok #1]\n", "and the patch is in place, the count untouched")
+    r = d.ctl("exec", "slow", "print('s' * (11 << 20))", timeout=120)
+    tap.eq(r.stderr.rstrip("\n").split("\n")[-1],
+           f"[output truncated: {(11 << 20) + 1 - 10 * MiB} more bytes not kept]",
+           "a late answer: the cells ask for the count from then on (exact, not at least)", r.stderr[-300:])
 
 
 def test_adopted(tap, d):
@@ -260,6 +368,11 @@ def test_adopted(tap, d):
     r = d.ctl("exec", "fresh", "import sys\nw = type(sys.stdout).write\n"
               "print(w.kernelsup_chunk, hasattr(w.__wrapped__, 'kernelsup_chunk'), w.__wrapped__.__qualname__)")
     tap.eq(r.stdout.split("\n")[0], f"{MiB} False OutStream.write", "the patch replaced itself, not wrapped twice")
+    r = d.ctl("exec", "flood", "print(len([c for c in complex.__subclasses__() if c.__name__ == 'kernelsup_written']))"
+              "\nprint('a' * 3000000)", timeout=120)
+    tap.eq(r.stdout.split("\n")[0], "1", "adopted: one class of that name (the old patch's was renamed)")
+    tap.eq(r.stderr.rstrip("\n").split("\n")[-1], f"[output truncated: {2 + 3000001 - MiB} more bytes not kept]",
+           "adopted: the count is exact (the new patch's)", r.stderr[-300:])
 
 
 def test(tap):
@@ -275,6 +388,10 @@ def test(tap):
         test_slow(tap, d)
     with tap.guard("floods"):
         test_floods(tap, d)
+    with tap.guard("lost"):
+        test_lost(tap, d)
+    with tap.guard("at least"):
+        test_at_least(tap, d)
     with tap.guard("adopted"):
         test_adopted(tap, d)
     d.stop()

@@ -250,7 +250,7 @@ def test_never_reads(tap, d):
 
 
 def test_timeouts(tap, d):
-    for bad in ("nan", "inf", "infinity", "-1", "0", "1e17", "86401"):
+    for bad in ("nan", "inf", "infinity", "-1", "0", "1e17", "86401", "0x10"):
         r = d.ctl("--timeout", bad, "check", "late")
         tap.eq(r.returncode, 2, f"kernelctl --timeout {bad}: usage error (exit 2)", r.stderr)
         tap.contains(r.stderr, "invalid timeout", f"kernelctl --timeout {bad}: says so")
@@ -263,6 +263,18 @@ def test_timeouts(tap, d):
     for bad in (-1, 0, 1e17, 86401, "1"):
         rep = d.rpc("execute", {"context": "late", "code": "1", "timeout": bad})
         tap.ok(harness.is_rpc_error(rep, -32602), f"raw execute with timeout {bad!r}: invalid params", repr(rep))
+    # NaN, Infinity and a number beyond a double (what Python's json.dumps writes for them) are not JSON: the
+    # request is refused whole, as any line that is not JSON.
+    for lit in ("NaN", "Infinity", "-Infinity", "1e400"):
+        for method, params in (("check", '{"context": "late", "timeout": %s}'),
+                               ("execute", '{"context": "late", "code": "1", "timeout": %s}')):
+            raw = harness.RawControl(d.socket)
+            try:
+                rep = raw.request(('{"jsonrpc": "2.0", "id": 1, "method": "%s", "params": %s}\n'
+                                   % (method, params % lit)).encode(), timeout=30)
+            finally:
+                raw.close()
+            tap.ok(harness.is_rpc_error(rep, -32700), f"raw {method} with timeout {lit}: parse error", repr(rep))
     # 1e17 s is clamped to a day, not wrapped into "expired": a wait for a stopped
     # context is answered when it becomes ready.
     raw = harness.RawControl(d.socket)

@@ -9,10 +9,12 @@ overlay of this machine's root, with this build installed into the overlay by
  4. kill -9 of kernelsupd: systemd restarts it, it adopts the kernel (same kernel_id,
     variables intact);
  5. SIGSTOP of kernelsupd: the watchdog restarts it, the kernel is adopted again;
- 6. systemctl reload applies a new file in contexts.d;
+ 6. systemctl reload applies a new file in contexts.d; systemctl restart keeps the kernel
+    (the new daemon adopts it); limits through a transient scope;
  7. systemctl reboot, then a second boot: a new boot_id, generation + 1, a new kernel,
     `check --expect K` exits 8 for the kernel current right before the reboot, and the
-    variable set in it is gone;
+    variable set in it is gone; in the context with restore = replay (added in step 6),
+    `check --expect` exits 9 and its variable is back;
  8. systemctl stop: no kernel process is left in the container.
 Needs root, systemd-nspawn (Debian's systemd-container) and an overlay mount; skipped
 (exit 77) otherwise. Every mount, container and cgroup it makes is removed at the end,
@@ -622,7 +624,7 @@ def test(tap):
 
     # 6. systemctl reload applies a new file in contexts.d.
     with s.guard("6 reload"):
-        c.write(os.path.join(c.contexts_dir, "extra.ini"), "[context:extra]\n")
+        c.write(os.path.join(c.contexts_dir, "extra.ini"), "[context:extra]\nrestore = replay\n")
         main_pid = c.show("MainPID")["MainPID"]
         r = c.sh("systemctl", "reload", UNIT)
         s.eq(r.returncode, 0, f"systemctl reload {UNIT} exits 0", out(r))
@@ -646,12 +648,15 @@ def test(tap):
         c.sh("systemctl", "daemon-reexec", timeout=60)
         wait_until(lambda: c.sh("systemctl", "is-system-running", timeout=10).stdout.strip(), 60,
                    "systemd back after daemon-reexec", check=lambda st: st in ("running", "degraded"))
-        # The service's own mount namespace still has the read-only view: a clean restart gives it the new one
+        # The service's own mount namespace still has the read-only view: a restart gives the daemon the new one
         # (kernelsupd watches OOM kills through cgroup.event_control, which needs the hierarchy writable).
+        before = c.context("default")
         r = c.sh("systemctl", "restart", UNIT, timeout=120)
         s.eq(r.returncode, 0, f"systemctl restart {UNIT} exits 0", out(r))
-        wait_until(lambda: c.context("default"), 60, "default ready after the restart",
-                   check=lambda x: x.get("state") == "ready")
+        after = wait_until(lambda: c.context("default"), 60, "default ready after the restart",
+                           check=lambda x: x.get("state") == "ready")
+        s.eq((after.get("kernel_id"), after.get("pid")), (before.get("kernel_id"), before.get("pid")),
+             "systemctl restart keeps the kernel: the new daemon adopted it (same kernel_id and pid)")
         # Whether this container's systemd itself enforces a scope's limits: where the host does not let it,
         # no daemon can, and the points below say so as skips (test-limits.py covers the daemon's own cgroup).
         probe = c.sh("systemd-run", "--scope", "--quiet", "-p", "MemoryMax=200M", "-p", "TasksMax=256",
@@ -693,7 +698,7 @@ def test(tap):
     # 7. A cold boot is told apart.
     with s.guard("7 reboot"):
         # The kernel current right before the reboot, with a variable in it: the verdict after the cold boot
-        # is about this kernel (K of step 3 was already replaced by step 6b's restart).
+        # is about this kernel.
         pre = c.context("default")
         k["kid"] = pre.get("kernel_id")
         s.ok(pre.get("state") == "ready" and UUID_RE.match(k["kid"] or ""), "default is ready before the reboot",
@@ -702,6 +707,9 @@ def test(tap):
         s.eq(r.returncode, 0, "a cell sets before_reboot = 7 right before the reboot", out(r))
         r = c.ctl("check", "default", "--expect", str(k["kid"]), "--timeout", f"{scaled(30):g}")
         s.eq(r.returncode, 0, "check --expect K exits 0 right before the reboot", out(r))
+        r = c.ctl("exec", "extra", "replayed = 41")
+        s.eq(r.returncode, 0, "a cell sets replayed = 41 in extra (restore = replay) right before the reboot", out(r))
+        k["extra"] = c.context("extra").get("kernel_id")
         sup = c.status()["supervisor"]
         k["boot_id"], k["generation"] = sup.get("boot_id"), sup.get("generation")
         c.sh("systemctl", "reboot", timeout=30)  # the connection may drop: the exit code says nothing
@@ -723,6 +731,12 @@ def test(tap):
         r = c.ctl("exec", "default", "before_reboot")
         s.ok(r.returncode == 7 and "NameError" in r.stdout + r.stderr, "the new kernel's namespace is empty "
              "(exec before_reboot raises NameError, exit 7)", out(r))
+        wait_until(lambda: c.context("extra"), 120, "extra ready after the reboot",
+                   check=lambda x: x.get("state") == "ready")
+        r = c.ctl("check", "extra", "--expect", str(k.get("extra")), "--timeout", f"{scaled(30):g}")
+        s.eq(r.returncode, 9, "restore = replay: check --expect exits 9 after the reboot (namespace rebuilt)", out(r))
+        r = c.ctl("exec", "extra", "replayed + 1")
+        s.eq((r.returncode, r.stdout.splitlines()[:1]), (0, ["42"]), "the replayed cell's variable is back", out(r))
         tap.diag("boots in the container's journal:\n" + c.sh("journalctl", "--list-boots", "--no-pager").stdout)
 
     # 8. A clean stop leaves no kernel behind.

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "chunking.h"
 #include "exec.h"
 #include "jupyter.h"
 #include "macro.h"
@@ -240,6 +241,7 @@ typedef struct Sent {
         char type[32];
         char id[37];
         char arg[64]; /* content.msg_ids[0] of an abort_request */
+        bool counted; /* an execute_request asked for the kernel's count of what it writes (chunking.h) */
 } Sent;
 
 _unused_ static Sent sent[256];
@@ -260,6 +262,7 @@ static inline int hook_send(void *userdata, Channel channel, const char *msg_typ
         snprintf(s->type, sizeof s->type, "%s", msg_type);
         snprintf(s->arg, sizeof s->arg, "%s",
                  json_string_value(json_array_get(json_object_get(content, "msg_ids"), 0)) ?: "");
+        s->counted = json_object_get(json_object_get(content, "user_expressions"), CHUNKING_WRITTEN_EXPRESSION);
         json_decref(content);
         uuid_random(s->id);
         if (ret_msg_id)

@@ -1,5 +1,6 @@
 /* Output chunking's pure part: which kernels get the patch, the request that
- * installs it, and how its reply reads. (That the patch does its work in a
+ * installs it, how its reply reads, and how a cell's reply gives the count of
+ * what the cell wrote. (That the patch does its work in a
  * real ipykernel is tests/integration/test-flood.py's.) */
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,12 @@ static void test_request(void) {
         ok(close && strncmp(close - strlen(call) + 3, call, strlen(call)) == 0, "the string ends with outcome()");
         ok(strstr(code, "OutStream.write = chunked_write") != NULL, "it patches the class");
         ok(strstr(code, "hasattr(write, 'kernelsup_chunk')") != NULL, "a second run replaces the first patch");
+
+        ok(strstr(code, "    count, holder = counter(16)\n") != NULL, "it counts the latest 16 requests' writes");
+        ok(strstr(code, "holder = type('" CHUNKING_WRITTEN_CLASS "', (complex,), ") != NULL,
+           "the counts are handed out by a subclass of complex named as the expression looks for it");
+        ok(strstr(code, "old.__name__ = '" CHUNKING_WRITTEN_CLASS "_replaced'") != NULL,
+           "a second patch renames the first one's class: the expression finds one");
 
         json_auto_t *small = chunking_request(4096);
         ok(small && expression(small) && strstr(expression(small), "ns['outcome'](4096))"), "chunk size 4096");
@@ -126,9 +133,64 @@ static void test_result(void) {
         free(why);
 }
 
+/* The execute_reply of a cell that carried the count's expression: status, and the expression's status and
+ * text/plain (NULL: no data). */
+static json_t *count_reply(const char *status, const char *expr_status, const char *text) {
+        json_t *e = text ? json_pack("{s:s, s:{s:s}}", "status", expr_status, "data", "text/plain", text)
+                         : json_pack("{s:s}", "status", expr_status);
+
+        return json_pack("{s:s, s:{s:o}}", "status", status, "user_expressions", CHUNKING_WRITTEN_EXPRESSION, e);
+}
+
+static void test_written(void) {
+        static const struct {
+                const char *status, *expr_status, *text;
+                int want;
+                uint64_t n;
+                const char *name;
+        } cases[] = {
+                { "ok", "ok", "'1073741824'", 1, 1073741824, "a GiB" },
+                { "ok", "ok", "'0'", 1, 0, "nothing written" },
+                { "ok", "ok", "\"42\"", 1, 42, "in double quotes" },
+                { "ok", "ok", "'9999999999999999999'", 1, 9999999999999999999ULL, "19 digits" },
+                { "ok", "ok", "'99999999999999999999'", 0, 0, "20 digits: refused, not wrapped" },
+                { "ok", "ok", "''", 0, 0, "'' (the patch is gone): no count" },
+                { "ok", "ok", "'-1'", 0, 0, "a sign: no count" },
+                { "ok", "ok", "'12a'", 0, 0, "not all digits: no count" },
+                { "ok", "ok", "' 12'", 0, 0, "a blank: no count" },
+                { "ok", "ok", "12", 0, 0, "not a string (a user's formatter): no count" },
+                { "ok", "ok", "'12", 0, 0, "one quote: no count" },
+                { "ok", "ok", NULL, 0, 0, "no text/plain: no count" },
+                { "ok", "error", "'12'", 0, 0, "the expression raised: no count" },
+                { "error", "ok", "'12'", 0, 0, "the cell raised: no count" },
+                { "aborted", "ok", "'12'", 0, 0, "aborted: no count" },
+        };
+        static const char head[] = "([c.take() for c in (0j).__class__.__subclasses__() if c.__name__ == '";
+        json_auto_t *none = json_pack("{s:s, s:{}}", "status", "ok", "user_expressions");
+        json_auto_t *bare = json_object();
+        uint64_t n;
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                json_auto_t *r = count_reply(cases[i].status, cases[i].expr_status, cases[i].text);
+
+                n = 7;
+                is_int(chunking_written(r, &n), cases[i].want, "count: %s", cases[i].name);
+                ok(n == (cases[i].want ? cases[i].n : 7), "count: %s: %s", cases[i].name,
+                   cases[i].want ? "the number" : "left as it was");
+        }
+        is_int(chunking_written(none, &n), 0, "count: no such user expression: none");
+        is_int(chunking_written(bare, &n), 0, "count: an empty reply: none");
+        is_int(chunking_written(NULL, &n), 0, "count: no reply: none");
+        ok(strncmp(CHUNKING_WRITTEN_CODE, head, strlen(head)) == 0,
+           "the expression reaches the class through a literal: no name the user could rebind, nothing to raise");
+        ok(strstr(CHUNKING_WRITTEN_CODE, "'" CHUNKING_WRITTEN_CLASS "'] + [''])[0]") != NULL,
+           "and gives '' when the class is gone");
+}
+
 int main(void) {
         test_applies();
         test_request();
         test_result();
+        test_written();
         return tap_done();
 }

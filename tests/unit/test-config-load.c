@@ -196,7 +196,7 @@ static void test_happy(void) {
         new_ctx_dir(false);
         c = load_ok("[context:a]\nheartbeat_interval = 500ms\nheartbeat_misses = 2\n"
                     "unresponsive_restart = 2min\noutput_limit = 64K\n"
-                    "[context:b]\nunresponsive_restart = no\noutput_limit = 1G\n",
+                    "[context:b]\nunresponsive_restart = no\noutput_limit = 1G\nshutdown_grace = 1e-9\n",
                     "liveness and output keys");
         if (c && c->n_contexts == 2) {
                 is_int(c->contexts[0].heartbeat_interval, 500 * USEC_PER_MSEC, "heartbeat_interval 500ms");
@@ -205,6 +205,7 @@ static void test_happy(void) {
                 is_int(c->contexts[0].output_limit, 64 * 1024, "output_limit 64K");
                 is_int(c->contexts[1].unresponsive_restart, 0, "unresponsive_restart = no");
                 is_int(c->contexts[1].output_limit, 1024 * 1024 * 1024, "output_limit 1G");
+                is_int(c->contexts[1].shutdown_grace, 1, "shutdown_grace 1e-9: 1 us, a positive duration stays one");
         }
         config_free(c);
 
@@ -227,6 +228,11 @@ static void test_happy(void) {
                 x.restart = RESTART_NO;
                 ok(context_config_process_change(&c->contexts[0], &x) == NULL, "restart= is no process change");
                 is_str(context_config_setting_change(&c->contexts[0], &x), "restart", "restart= applies in place");
+                x = c->contexts[0];
+                x.restore = RESTORE_REPLAY;
+                ok(context_config_process_change(&c->contexts[0], &x) == NULL, "restore= is no process change");
+                is_str(context_config_setting_change(&c->contexts[0], &x), "restore",
+                       "restore= applies in place (the journal opens or goes)");
         }
         config_free(c);
 
@@ -491,6 +497,31 @@ static void test_preload(void) {
                     "preload = yes in [defaults] is named where it was set");
 }
 
+static void test_restore(void) {
+        const ContextConfig *cc;
+        Config *c;
+
+        new_ctx_dir(false);
+        c = load_ok("[defaults]\nrestore = replay\nrestore_timeout = 90s\n[context:a]\n[context:b]\nrestore = none\n"
+                    "journal_max = 64K\n[context:z]\n",
+                    "restore");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->restore == RESTORE_REPLAY, "[defaults] restore = replay applies");
+        ok(cc && cc->journal_max == 16 * 1024 * 1024, "journal_max is 16 MiB by default");
+        ok(cc && cc->restore_timeout == 90 * USEC_PER_SEC, "[defaults] restore_timeout applies");
+        cc = c ? config_find_context(c, "b") : NULL;
+        ok(cc && cc->restore == RESTORE_NONE && cc->journal_max == 64 * 1024,
+           "a context's own restore and journal_max");
+        config_free(c);
+        c = load_ok("[context:a]\n", "no restore");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->restore == RESTORE_NONE && cc->restore_timeout == 10 * 60 * USEC_PER_SEC,
+           "restore = none and restore_timeout 10 min by default");
+        config_free(c);
+        is_str(restore_to_string(RESTORE_REPLAY), "replay", "restore names");
+        ok(!restore_to_string(_RESTORE_MAX), "out of range: NULL");
+}
+
 static void test_transport(void) {
         _cleanup_free_ char *content = NULL;
         const ContextConfig *cc;
@@ -590,6 +621,7 @@ int main(void) {
         test_happy();
         test_transport();
         test_preload();
+        test_restore();
         test_bundled();
         test_expand_argv();
 

@@ -191,6 +191,8 @@ static void test_value_errors(void) {
                 { "context:a", "start_timeout = infinity", "must be finite" },
                 { "context:a", "stop_timeout = 0s", "must be greater than 0" },
                 { "context:a", "stop_timeout = -1s", "expected a duration such as 500ms, 30s or 5min" },
+                { "context:a", "stop_timeout = 0x10", "expected a duration such as 500ms, 30s or 5min" },
+                { "context:a", "stop_timeout = 0X1p4s", "expected a duration such as 500ms, 30s or 5min" },
                 { "context:a", "start_limit_burst = 0", "expected a number from 1 to 1000" },
                 { "context:a", "start_limit_burst = 1001", "expected a number from 1 to 1000" },
                 { "context:a", "start_limit_burst = five", "expected a number from 1 to 1000" },
@@ -220,6 +222,13 @@ static void test_value_errors(void) {
                 { "context:a", "transport =", "expected ipc or tcp" },
                 { "context:a", "preload = sometimes", "expected auto, yes or no" },
                 { "defaults", "preload = YES", "expected auto, yes or no" },
+                { "context:a", "restore = always", "expected none or replay" },
+                { "defaults", "restore = Replay", "expected none or replay" },
+                { "context:a", "journal_max = 100", "must be from 1K to 1G" },
+                { "defaults", "journal_max = 2G", "must be from 1K to 1G" },
+                { "context:a", "journal_max = big", "expected a size such as 512K or 10M" },
+                { "context:a", "restore_timeout = 0", "must be greater than 0" },
+                { "defaults", "restore_timeout = soon", "expected a duration such as 500ms, 30s or 5min" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {

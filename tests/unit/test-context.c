@@ -6,8 +6,10 @@
  * is ignored; SIGKILL at stop_timeout when SIGTERM is too), a freeze reported
  * by the host's clock_check, and the adoption of a kernel an earlier context
  * left running; the deaths of ready kernels (kill -9, a client's shutdown_request, one that acknowledges it and
- * does not exit), restarted and never failed. Durations are checked only from below: a uv timer never fires
- * early, while a loaded machine may make it late. */
+ * does not exit), restarted and never failed; the heartbeat (a kernel that stops answering its pings, SIGUSR1 to
+ * the stub, is unresponsive after heartbeat_misses, answers again, is restarted after unresponsive_restart, and
+ * a freeze is no miss). Durations are checked only from below: a uv timer never fires early, while a loaded
+ * machine may make it late. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -55,7 +57,8 @@ typedef struct World {
         Event events[MAX_EVENTS];
         size_t n_events;
         unsigned clock_checks;
-        unsigned freezes; /* clock_check reports this many more freezes */
+        unsigned freezes;    /* clock_check reports this many more freezes */
+        uint64_t heartbeats; /* host.heartbeat calls */
 } World;
 
 static bool host_clock_check(void *userdata) {
@@ -80,6 +83,9 @@ static void host_state_changed(void *userdata, Context *c) {
 }
 
 static void host_heartbeat(void *userdata, Context *c) {
+        World *w = userdata;
+
+        w->heartbeats++;
 }
 
 static void host_save_changed(void *userdata, Context *c) {
@@ -193,7 +199,15 @@ static int write_config(World *w, char **ret_path) {
                 "stop_timeout = 1s\n"
                 "[context:flappy]\n"
                 "start_limit_burst = 2\n"
-                "backoff_max = 400ms\n",
+                "backoff_max = 400ms\n"
+                "[context:silent]\n"
+                "heartbeat_interval = 200ms\n"
+                "heartbeat_misses = 3\n"
+                "unresponsive_restart = 1s\n"
+                "[context:silent-kept]\n"
+                "heartbeat_interval = 200ms\n"
+                "heartbeat_misses = 3\n"
+                "unresponsive_restart = no\n",
                 stub, stub, stub, stub);
         if (fclose(f) != 0) {
                 free(path);
@@ -558,6 +572,126 @@ static void test_client_shutdown_stuck(World *w, const char *name, const char *s
         ok(run_until(w, c, CONTEXT_STOPPED), "%s: stopped", name);
 }
 
+/* Runs the loop for ms (a timer of its own), whatever happens meanwhile. */
+static void run_for(World *w, uint64_t ms) {
+        w->timed_out = false;
+        uv_timer_start(&w->safety, safety_cb, ms, 0);
+        while (!w->timed_out)
+                uv_run(&w->loop, UV_RUN_ONCE);
+        uv_timer_stop(&w->safety);
+}
+
+/* Runs the loop until c's kernel has answered more than answers pings: true, or false at the safety timeout. */
+static bool run_until_answers(World *w, Context *c, uint64_t answers) {
+        w->timed_out = false;
+        uv_timer_start(&w->safety, safety_cb, SAFETY_TIMEOUT_MS, 0);
+        while (context_hb_answers(c) <= answers && !w->timed_out)
+                uv_run(&w->loop, UV_RUN_ONCE);
+        uv_timer_stop(&w->safety);
+        return !w->timed_out;
+}
+
+/* The heartbeat: a kernel that stops answering its pings (SIGUSR1 to the stub) is unresponsive after
+ * heartbeat_misses intervals, ready again when it answers (SIGUSR2), and restarted once it has been
+ * unresponsive for unresponsive_restart; a probe is answered; a freeze is no miss. */
+static void test_heartbeat(World *w) {
+        Context *c = world_context(w, "silent");
+        _cleanup_free_ char *sig = NULL;
+        uint64_t answers, heartbeats;
+        long long t0;
+        pid_t pid;
+
+        if (!ok(c != NULL, "heartbeat: context created"))
+                return;
+        is_int(context_probe(c, &answers), -ESRCH, "heartbeat: a stopped context cannot be probed (-ESRCH)");
+        context_start(c);
+        if (!ok(run_until(w, c, CONTEXT_READY), "heartbeat: ready"))
+                goto out;
+        heartbeats = w->heartbeats;
+        answers = context_hb_answers(c);
+        ok(run_until_answers(w, c, answers), "heartbeat: the beating kernel answers the interval's pings");
+        ok(w->heartbeats > heartbeats, "heartbeat: the host is told of an answer (host.heartbeat)");
+        is_int(context_probe(c, &answers), 0, "heartbeat: a ready context can be probed");
+        ok(run_until_answers(w, c, answers), "heartbeat: the probe is answered");
+        uint64_t misses = context_counters(c)->heartbeat_misses;
+
+        pid = context_pid(c);
+        t0 = (long long) uv_now(&w->loop);
+        if (!ok(kill(pid, SIGUSR1) == 0, "heartbeat: the stub kernel is told to stop answering"))
+                goto out;
+        ok(run_until(w, c, CONTEXT_UNRESPONSIVE), "heartbeat: a kernel that stops answering is unresponsive");
+        long long silent_for = last_entered(w, c, CONTEXT_UNRESPONSIVE) - t0;
+        /* Three pings unanswered (3 misses of 200 ms): the first ping after the signal is sent at most 200 ms
+         * after it and found unanswered 200 ms later, so 2 × 200 ms at least. */
+        ok(silent_for >= 400, "heartbeat: not before heartbeat_misses intervals (%lld ms)", silent_for);
+        ok(context_counters(c)->heartbeat_misses >= misses + 3, "heartbeat: the misses are counted (%llu)",
+           (unsigned long long) (context_counters(c)->heartbeat_misses - misses));
+        is_int(context_pid(c), pid, "heartbeat: unresponsive is no restart yet (the same process)");
+
+        ok(kill(pid, SIGUSR2) == 0, "heartbeat: the stub kernel is told to answer again");
+        ok(run_until(w, c, CONTEXT_READY), "heartbeat: it answers again and is ready");
+        is_int(context_pid(c), pid, "heartbeat: the same process, still");
+
+        (void) kill(pid, SIGUSR1);
+        if (!ok(run_until(w, c, CONTEXT_UNRESPONSIVE), "unresponsive_restart: silent again, unresponsive"))
+                goto out;
+        long long unresponsive_at = last_entered(w, c, CONTEXT_UNRESPONSIVE);
+        ok(run_until(w, c, CONTEXT_STOPPING), "unresponsive_restart: it is ended");
+        long long waited = last_entered(w, c, CONTEXT_STOPPING) - unresponsive_at;
+        ok(waited >= 1000, "unresponsive_restart: not before unresponsive_restart (1 s; %lld ms)", waited);
+        ok(run_until(w, c, CONTEXT_READY), "unresponsive_restart: a new kernel is ready");
+        ok(context_pid(c) > 0 && context_pid(c) != pid, "unresponsive_restart: another process");
+        ok(kill(pid, 0) < 0, "unresponsive_restart: the silent kernel is gone");
+        sig = last_exit_field(c, "signal");
+        is_str(sig, "SIGKILL", "unresponsive_restart: ended by SIGKILL (it would answer no shutdown_request)");
+        json_t *j = context_to_json(c);
+        const char *err = json_string_value(json_object_get(j, "last_error"));
+        ok(err && strstr(err, "unresponsive_restart"), "unresponsive_restart: last_error says why (%s)",
+           err ?: "null");
+        json_decref(j);
+out:
+        /* Also after a failed point: a context freed while running would keep its kernel. */
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "heartbeat: stopped");
+}
+
+/* unresponsive_restart = no: an unresponsive kernel is left as it is; and while the host's clock_check reports
+ * a freeze at every tick, silence is no miss. */
+static void test_heartbeat_kept(World *w) {
+        Context *c = world_context(w, "silent-kept");
+        pid_t pid;
+
+        if (!ok(c != NULL, "heartbeat kept: context created"))
+                return;
+        context_start(c);
+        pid = context_pid(c); /* launched at once */
+        if (!ok(run_until(w, c, CONTEXT_READY), "heartbeat kept: ready"))
+                goto out;
+        uint64_t misses = context_counters(c)->heartbeat_misses;
+        w->freezes = 1000;
+        unsigned checks = w->clock_checks;
+        size_t since = w->n_events;
+        (void) kill(pid, SIGUSR1);
+        run_for(w, 1400); /* seven intervals: more than twice heartbeat_misses */
+        ok(w->clock_checks >= checks + 3, "freeze: the heartbeat timer asked clock_check (%u times)",
+           w->clock_checks - checks);
+        ok(!entered_since(w, c, CONTEXT_UNRESPONSIVE, since),
+           "freeze: silence during freezes does not make it unresponsive");
+        is_int(context_counters(c)->heartbeat_misses, misses, "freeze: no miss is counted");
+        w->freezes = 0;
+        ok(run_until(w, c, CONTEXT_UNRESPONSIVE), "heartbeat kept: once the freezes end, unresponsive");
+        long long unresponsive_at = last_entered(w, c, CONTEXT_UNRESPONSIVE);
+        run_for(w, 1400);
+        is_int(context_state(c), CONTEXT_UNRESPONSIVE, "heartbeat kept: still unresponsive after 1.4 s");
+        is_int(context_pid(c), pid, "heartbeat kept: the same process (unresponsive_restart = no)");
+        ok(last_entered(w, c, CONTEXT_UNRESPONSIVE) == unresponsive_at, "heartbeat kept: it never left the state");
+out:
+        w->freezes = 0;
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "heartbeat kept: an unresponsive kernel stops");
+        ok(kill(pid, 0) < 0, "heartbeat kept: its process is gone");
+}
+
 /* Leaves no kernel behind when a point of test_adopt failed (no context watches it then). */
 static void end_kernel(pid_t pid) {
         if (kill(pid, 0) < 0)
@@ -569,7 +703,7 @@ static void end_kernel(pid_t pid) {
 /* Adoption: a context made anew over the state of one that left its kernel running takes that kernel. */
 static void test_adopt(World *w) {
         Context *a = world_context(w, "ready"), *b;
-        _cleanup_free_ char *reason = NULL, *kid = NULL;
+        _cleanup_free_ char *kid = NULL;
         long long inc;
         pid_t pid;
         json_t *j;
@@ -590,7 +724,7 @@ static void test_adopt(World *w) {
         b = world_context(w, "ready");
         if (!ok(b != NULL, "adopt: second context created over the same state"))
                 return end_kernel(pid);
-        is_int(context_adopt(b, &reason), 1, "adopt: context_adopt adopts it");
+        is_int(context_adopt(b), 1, "adopt: context_adopt adopts it");
         is_int(context_pid(b), pid, "adopt: the same process");
         ok(run_until(w, b, CONTEXT_READY), "adopt: the adopted kernel answers and is ready");
         j = context_to_json(b);
@@ -623,6 +757,8 @@ int main(void) {
         test_client_shutdown(&w);
         test_client_shutdown_stuck(&w, "noshutdown", "SIGTERM", 300);
         test_client_shutdown_stuck(&w, "noterm", "SIGKILL", 1000);
+        test_heartbeat(&w);
+        test_heartbeat_kept(&w);
         world_done(&w);
         return tap_done();
 }

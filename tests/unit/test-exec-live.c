@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "chunking.h"
 #include "exec.h"
 #include "jupyter.h"
 #include "util.h"
@@ -369,6 +370,17 @@ static void test_limit(Done *d) {
 
         opt.output_limit = 64 * 1024;
         snprintf(marker, sizeof marker, "\n[output truncated: limit of %zu bytes reached]\n", opt.output_limit);
+        {
+                /* The output chunking patch, run here as a cell of its own (the context runs it as a user
+                 * expression): with it the kernel counts what each cell writes, and the cut is exact. */
+                json_auto_t *req = chunking_request(CHUNKING_CHARS);
+                const char *patch = json_string_value(
+                        json_object_get(json_object_get(req, "user_expressions"), CHUNKING_EXPRESSION));
+
+                ok(patch && run_cell(patch, d), "the output chunking patch runs");
+                is_str(plain(find_output(d->outputs, "execute_result")), "'on'", "the patch is on");
+                exec_queue_count_written(w.q, true);
+        }
         ok(run_cell_opt("print('x' * 5_000_000)\nprint('after')\nz = 7", &opt, d), "huge print runs");
         is_int(d->status, EXEC_OK, "huge print: ok");
         json_array_foreach(d->outputs, i, o) {
@@ -393,10 +405,14 @@ static void test_limit(Done *d) {
                 const char *err = stext(d->outputs, "stderr");
 
                 ok(strlen(err) >= strlen(summary) && streq(err + strlen(err) - strlen(summary), summary),
-                   "huge print: the last output says how much was cut");
+                   "huge print: the last output says exactly how much was cut (the kernel's count)");
                 kept -= strlen(summary);
                 streamed -= strlen(summary);
         }
+        exec_queue_count_written(w.q, false);
+        ok(run_cell_opt("print('x' * 100_000)", &opt, d), "huge print, no count asked");
+        ok(strstr(stext(d->outputs, "stderr"), "[output truncated: at least 34465 more bytes not kept]\n") != NULL,
+           "huge print, no count asked: at least what came past the limit");
         ok(kept <= opt.output_limit + strlen(marker), "huge print: kept text bounded (%zu)", kept);
         ok(kept >= opt.output_limit, "huge print: kept up to the limit (%zu)", kept);
         ok(streamed <= opt.output_limit + strlen(marker), "huge print: streamed text bounded (%zu)", streamed);

@@ -22,6 +22,13 @@ static void test_transitions(void) {
         ok(context_transition_allowed(CONTEXT_STOPPING, CONTEXT_STOPPED), "stopping -> stopped");
         ok(context_transition_allowed(CONTEXT_STOPPING, CONTEXT_STARTING), "stopping -> starting (restart)");
         ok(!context_transition_allowed(CONTEXT_STOPPING, CONTEXT_READY), "stopping -/-> ready");
+        ok(context_transition_allowed(CONTEXT_STARTING, CONTEXT_RESTORING), "starting -> restoring (a replay)");
+        ok(context_transition_allowed(CONTEXT_RESTORING, CONTEXT_READY), "restoring -> ready");
+        ok(context_transition_allowed(CONTEXT_RESTORING, CONTEXT_BACKOFF), "restoring -> backoff (died replaying)");
+        ok(context_transition_allowed(CONTEXT_RESTORING, CONTEXT_STOPPING), "restoring -> stopping");
+        ok(!context_transition_allowed(CONTEXT_READY, CONTEXT_RESTORING), "ready -/-> restoring");
+        ok(!context_transition_allowed(CONTEXT_RESTORING, CONTEXT_BUSY), "restoring -/-> busy");
+        is_str(context_state_to_string(CONTEXT_RESTORING), "restoring", "restoring's name");
         ok(!context_transition_allowed(_CONTEXT_STATE_MAX, CONTEXT_READY), "out of range refused");
         is_str(context_state_to_string(CONTEXT_UNRESPONSIVE), "unresponsive", "state name");
         is_str(context_state_to_string(_CONTEXT_STATE_MAX), "invalid", "bad state name");

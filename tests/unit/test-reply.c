@@ -522,6 +522,55 @@ static void test_round_trips(void) {
 
 /* ---- What a sender may not encode ---- */
 
+/* restore = replay's members: journal and replay in a context, rebuilt in check; left out when none. */
+static void test_replay_members(void) {
+        ReplyContext ctx = FULL_CONTEXT;
+        ReplyCheck check = { .supervisor = SUPERVISOR, .context = EMPTY_CONTEXT }, k;
+        ReplyProblem p = {};
+        json_auto_t *keep = NULL, *plain = NULL, *bad = NULL;
+        json_t *j = NULL;
+
+        ctx.journal = (ReplyJournal){ .valid = true, .cells = 7, .bytes = 512, .complete = false, .note = "full" };
+        ctx.replay = (ReplyReplay){ .valid = true,
+                                    .phase = "failed",
+                                    .from_kernel = "k0",
+                                    .cells = 5,
+                                    .replayed = 2,
+                                    .failed_cell = 4,
+                                    .error = "NameError: x",
+                                    .text = "replay stopped at journal cell 4" };
+        check.context = ctx;
+        check.rebuilt = (ReplyRebuilt){ .valid = true, .kernel_id = "k0", .cells = -1 };
+        ok(ROUND(check, &check, &k), "a check with journal, replay and rebuilt round-trips");
+        ok(k.context.journal.valid && k.context.journal.cells == 7 && k.context.journal.bytes == 512 &&
+                   !k.context.journal.complete && streq_ptr(k.context.journal.note, "full"),
+           "journal comes back");
+        ok(k.context.replay.valid && streq_ptr(k.context.replay.phase, "failed") &&
+                   streq_ptr(k.context.replay.from_kernel, "k0") && k.context.replay.cells == 5 &&
+                   k.context.replay.replayed == 2 && k.context.replay.failed_cell == 4 &&
+                   streq_ptr(k.context.replay.error, "NameError: x"),
+           "replay comes back");
+        ok(k.rebuilt.valid && streq_ptr(k.rebuilt.kernel_id, "k0") && k.rebuilt.cells == -1,
+           "rebuilt comes back, cells null");
+        reply_check_done(&k);
+
+        check = (ReplyCheck){ .supervisor = SUPERVISOR, .context = EMPTY_CONTEXT };
+        is_int(reply_check_encode(&check, &j), 0, "a check without them encodes");
+        plain = j;
+        ok(!json_object_get(json_object_get(plain, "context"), "journal") &&
+                   !json_object_get(json_object_get(plain, "context"), "replay") && !json_object_get(plain, "rebuilt"),
+           "journal, replay and rebuilt are left out when none");
+        ok(ROUND(check, &check, &k) && !k.context.journal.valid && !k.context.replay.valid && !k.rebuilt.valid,
+           "and decode as none");
+        reply_check_done(&k);
+
+        bad = json_deep_copy(plain);
+        json_object_set_new(bad, "rebuilt", json_pack("{s:s,s:i}", "kernel_id", "k", "cells", -5));
+        is_int(reply_check_decode(bad, &k, &p), -EBADMSG, "rebuilt.cells below 0 is refused");
+        is_str(p.text, "rebuilt.cells: -5 is out of range [0, 9223372036854775807]", "naming it");
+        reply_check_done(&k);
+}
+
 static void test_encode_refuses(void) {
         ReplyContext c = FULL_CONTEXT;
         json_t *j = NULL;
@@ -764,6 +813,7 @@ static void test_timestamps(void) {
 int main(void) {
         test_daemon_fixtures();
         test_round_trips();
+        test_replay_members();
         test_encode_refuses();
         test_hostile_members();
         test_hostile_values();
