@@ -16,6 +16,8 @@
 /* History in memory: a user's kernels share HOME/.ipython/profile_default/history.sqlite otherwise, and a
  * kernel that finds it locked prints a warning into a cell's output. */
 #define DEFAULT_ARGV "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file} --HistoryManager.hist_file=:memory:"
+/* The kernel a context runs when neither kernel nor argv is set. */
+#define NATIVE_KERNEL "python3"
 #define DEFAULT_PORT_MIN 20000
 #define DEFAULT_PORT_MAX 32000
 
@@ -83,6 +85,7 @@ enum {
         KEY_SHUTDOWN_GRACE,
         KEY_OUTPUT_CHUNKING,
         KEY_PRELOAD,
+        KEY_KERNEL,
         KEY_RESTORE,
         KEY_JOURNAL_MAX,
         KEY_RESTORE_TIMEOUT,

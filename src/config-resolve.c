@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pwd.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "config-private.h"
 
@@ -151,6 +153,103 @@ char *placeholders_expand(const char *s, const char *kernel_file, const char *na
         return out;
 }
 
+/* The value of NAME=... in env, or NULL. */
+static const char *env_get(char *const *env, const char *name) {
+        size_t n = strlen(name);
+
+        for (size_t i = 0; env && env[i]; i++)
+                if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
+                        return env[i] + n + 1;
+        return NULL;
+}
+
+/* The built-in python3 kernel: ipykernel as Debian installs it, when neither kernel nor argv is set (and for
+ * kernel = python3 where no kernelspec of that name is installed, as jupyter_client falls back to ipykernel's
+ * own). */
+static int context_use_native_kernel(ContextConfig *cc) {
+        const char *reason;
+        int r;
+
+        if (!cc->argv) {
+                r = argv_split(DEFAULT_ARGV, &cc->argv, &reason);
+                if (r < 0)
+                        return r;
+        }
+        free(cc->kernel);
+        cc->kernel = strdup(NATIVE_KERNEL);
+        cc->language = strdup("python");
+        return cc->kernel && cc->language ? 0 : -ENOMEM;
+}
+
+/* Takes the spec's argv (unless argv was set), env (under the context's own variables), language and
+ * interrupt_mode into cc. */
+static int context_use_kernelspec(ContextConfig *cc, Kernelspec *k) {
+        _cleanup_strv_free_ char **env = NULL;
+        int r;
+
+        if (!cc->argv)
+                cc->argv = TAKE_PTR(k->argv);
+        r = strv_copy(k->env, &env);
+        for (size_t i = 0; r >= 0 && cc->env[i]; i++)
+                r = strv_env_set_copy(&env, cc->env[i]);
+        if (r < 0)
+                return r;
+        strv_free(cc->env);
+        cc->env = TAKE_PTR(env);
+        cc->kernel_path = TAKE_PTR(k->path);
+        cc->language = TAKE_PTR(k->language);
+        cc->interrupt_mode = k->interrupt_mode;
+        return 0;
+}
+
+/* Where the kernel of cc looks for kernelspecs, and as whom: its user's home and uid (the daemon's own without
+ * user =; a user that does not exist yet has no home to look in, and only root's files are trusted for it). */
+static int context_kernelspec_dirs(const ContextConfig *cc, uid_t *ret_uid, char ***ret) {
+        const char *jupyter_path = env_get(cc->env, "JUPYTER_PATH") ?: getenv("JUPYTER_PATH");
+        struct passwd *pw = cc->user ? getpwnam(cc->user) : getpwuid(geteuid());
+
+        *ret_uid = pw ? pw->pw_uid : 0;
+        return kernelspec_dirs(jupyter_path, pw ? pw->pw_dir : NULL, ret);
+}
+
+/* Resolves cc's kernel (set in section from, or NULL): the spec's argv, env, language and interrupt_mode. */
+static int parser_resolve_kernel(Parser *p, const Section *s, ContextConfig *cc) {
+        const Section *from = parser_setter(p, s, KEY_KERNEL);
+        _cleanup_(kernelspec_freep) Kernelspec *k = NULL;
+        _cleanup_strv_free_ char **dirs = NULL;
+        _cleanup_free_ char *reason = NULL, *list = NULL;
+        uid_t uid;
+        int r;
+
+        if (!from)
+                return cc->argv ? 0 : context_use_native_kernel(cc) < 0 ? parser_oom(p) : 0;
+        r = context_kernelspec_dirs(cc, &uid, &dirs);
+        if (r >= 0)
+                r = kernelspec_find(dirs, cc->kernel, uid, env_get(cc->env, "PATH"), &k, &reason);
+        if (r == -ENOENT && streq(cc->kernel, NATIVE_KERNEL))
+                r = context_use_native_kernel(cc);
+        else if (r >= 0)
+                r = context_use_kernelspec(cc, k);
+        if (r == -ENOMEM)
+                return parser_oom(p);
+        if (r >= 0)
+                return 0;
+        if (!reason) {
+                for (size_t i = 0; dirs && dirs[i]; i++) {
+                        char *l = NULL;
+
+                        if (asprintf(&l, "%s%s%s", list ?: "", list ? ", " : "", dirs[i]) < 0)
+                                return parser_oom(p);
+                        free(list);
+                        list = l;
+                }
+                if (asprintf(&reason, "no kernelspec of that name in %s", list ?: "(no directory)") < 0)
+                        return parser_oom(p);
+        }
+        return parser_fail_key(p, from->cc.source.file, from->keys[KEY_KERNEL].line, from, "kernel",
+                               from->keys[KEY_KERNEL].raw, reason);
+}
+
 /* Builds the effective settings of the context section s into *ret (which the caller frees, also on failure). */
 static int parser_resolve_context(Parser *p, const Section *s, ContextConfig *ret) {
         const Section *from;
@@ -196,13 +295,6 @@ static int parser_resolve_context(Parser *p, const Section *s, ContextConfig *re
                         return r;
         }
 
-        if (!ret->argv) {
-                const char *reason;
-
-                r = argv_split(DEFAULT_ARGV, &ret->argv, &reason);
-                if (r < 0)
-                        return r;
-        }
         if (ret->connection_file) {
                 /* {name} lets one connection_file in [defaults] serve every context. */
                 _cleanup_free_ char *f = placeholders_expand(ret->connection_file, NULL, ret->name);
@@ -435,6 +527,9 @@ int parser_resolve(Parser *p) {
                 r = parser_resolve_context(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return parser_oom(p);
+                r = parser_resolve_kernel(p, p->contexts[i], &c->contexts[i]);
+                if (r < 0)
+                        return r;
                 r = parser_check_backoff(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return r;

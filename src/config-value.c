@@ -407,6 +407,22 @@ int parse_preload(const char *value, void *data, const char **ret_reason) {
         return -EINVAL;
 }
 
+int parse_kernel_name(const char *value, void *data, const char **ret_reason) {
+        char *s;
+
+        if (!kernelspec_name_valid(value)) {
+                *ret_reason = "expected a kernelspec name (1 to 64 letters, digits, '.', '_' or '-')";
+                return -EINVAL;
+        }
+        s = strdup(value);
+        if (!s)
+                return -ENOMEM;
+        for (char *c = s; *c; c++)
+                *c = (char) tolower((unsigned char) *c);
+        *(char **) data = s;
+        return 0;
+}
+
 static const char *const restore_names[_RESTORE_MAX] = {
         [RESTORE_NONE] = "none",
         [RESTORE_REPLAY] = "replay",

@@ -30,5 +30,6 @@ int parse_cpu_quota(const char *value, void *data, const char **ret_reason);
 int parse_tasks(const char *value, void *data, const char **ret_reason);
 int parse_transport(const char *value, void *data, const char **ret_reason);
 int parse_preload(const char *value, void *data, const char **ret_reason);
+int parse_kernel_name(const char *value, void *data, const char **ret_reason);
 int parse_restore(const char *value, void *data, const char **ret_reason);
 int parse_count(const char *value, void *data, const char **ret_reason);

@@ -74,6 +74,7 @@ const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_SHUTDOWN_GRACE] = CONTEXT_KEY("shutdown_grace", parse_duration_positive, shutdown_grace, VALUE_USEC),
         [KEY_OUTPUT_CHUNKING] = CONTEXT_KEY("output_chunking", parse_bool, output_chunking, VALUE_BOOL),
         [KEY_PRELOAD] = CONTEXT_KEY("preload", parse_preload, preload, VALUE_PRELOAD),
+        [KEY_KERNEL] = CONTEXT_KEY("kernel", parse_kernel_name, kernel, VALUE_STRING),
         [KEY_RESTORE] = CONTEXT_KEY("restore", parse_restore, restore, VALUE_RESTORE),
         [KEY_JOURNAL_MAX] = CONTEXT_KEY("journal_max", parse_size, journal_max, VALUE_SIZE),
         [KEY_RESTORE_TIMEOUT] = CONTEXT_KEY("restore_timeout", parse_duration_positive, restore_timeout, VALUE_USEC),
@@ -142,6 +143,9 @@ static void context_config_done(ContextConfig *cc) {
         free(cc->name);
         free(cc->source.file);
         strv_free(cc->argv);
+        free(cc->kernel);
+        free(cc->kernel_path);
+        free(cc->language);
         free(cc->connection_file);
         free(cc->user);
         free(cc->group);
@@ -706,6 +710,10 @@ bool context_config_process_differs(const ContextConfig *a, const ContextConfig 
 }
 
 const char *context_config_setting_change(const ContextConfig *a, const ContextConfig *b) {
+        /* A kernelspec whose argv and env stayed the same: its name, language or interrupt_mode apply at once. */
+        if (!streq_ptr(a->kernel, b->kernel) || !streq_ptr(a->language, b->language) ||
+            !streq_ptr(a->kernel_path, b->kernel_path) || a->interrupt_mode != b->interrupt_mode)
+                return "kernel";
         /* Every key of the table that does not shape the process: compared by its stored value. */
         for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
                 const ConfigKey *k = &config_keys[i];
@@ -726,6 +734,11 @@ ContextConfig *context_config_dup(const ContextConfig *cc) {
         *d = *cc;
         d->name = d->source.file = d->connection_file = d->user = d->group = d->cwd = NULL;
         d->argv = d->env = NULL;
+        d->kernel = d->kernel_path = d->language = NULL;
+        if ((cc->kernel && !(d->kernel = strdup(cc->kernel))) ||
+            (cc->kernel_path && !(d->kernel_path = strdup(cc->kernel_path))) ||
+            (cc->language && !(d->language = strdup(cc->language))))
+                return context_config_free(d);
         if (!(d->name = strdup(cc->name)) || (cc->source.file && !(d->source.file = strdup(cc->source.file))) ||
             (cc->connection_file && !(d->connection_file = strdup(cc->connection_file))) ||
             (cc->user && !(d->user = strdup(cc->user))) || (cc->group && !(d->group = strdup(cc->group))) ||

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "connfile.h"
+#include "kernelspec.h"
 #include "macro.h"
 
 typedef enum RestartPolicy {
@@ -49,6 +50,12 @@ typedef struct ContextConfig {
         char *name;
         ConfigSource source; /* the [context:NAME] header */
         char **argv;         /* NULL-terminated; may contain {kernel_file} and {name} */
+        /* The kernelspec (kernelspec.h) named by `kernel`, or the built-in python3 when neither kernel nor argv
+         * is set: NULL when argv alone was given. argv set beside it overrides the spec's. */
+        char *kernel;
+        char *kernel_path; /* the kernel.json it came from; NULL: the built-in python3, or no kernel */
+        char *language;    /* the spec's; NULL: unknown */
+        InterruptMode interrupt_mode;
         RestartPolicy restart;
         char *connection_file;          /* absolute, normalized; default <runtime_dir>/connections/<name>.json */
         bool connection_file_published; /* it lies in <runtime_dir>/connections, the daemon's own directory */

@@ -80,6 +80,7 @@ struct Context {
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         ChunkingState chunking;   /* of this kernel; reset at each launch and adoption */
         char chunking_id[37];     /* msg_id of the chunking request while its reply is awaited, else "" */
+        bool sigint_fixed;        /* this kernel was sent quirks_sigint_code() (quirks.h) */
         usec_t chunking_sent;     /* CLOCK_MONOTONIC */
         Limits limits;            /* where the kernel's limits come from, its OOM counter */
         SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */

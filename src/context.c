@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "chunking.h"
+#include "quirks.h"
 #include "context-private.h"
 #include "log.h"
 #include "userfile.h"
@@ -121,6 +122,7 @@ void context_readiness_reset(Context *c) {
         c->got_info = c->got_iopub = false;
         c->chunking = CHUNKING_UNASKED;
         c->chunking_id[0] = '\0';
+        c->sigint_fixed = false;
 }
 
 /* ---- Output chunking (chunking.h) ---- */
@@ -211,6 +213,26 @@ static void chunking_decide(Context *c, const JupyterMsg *msg) {
                 chunking_off(c, "output_chunking = no");
 }
 
+/* A kernel whose own SIGINT handler would end it (quirks.h) gets Python's back, once, before any cell. */
+static void sigint_fix(Context *c, const JupyterMsg *msg) {
+        const char *code = quirks_sigint_code(msg->content);
+        json_t *content;
+        int r;
+
+        if (!code || c->sigint_fixed || !c->conn)
+                return;
+        content = quirks_silent_request(code);
+        r = content ? kernel_conn_send(c->conn, CHANNEL_SHELL, "execute_request", content, NULL) : -ENOMEM;
+        if (r < 0)
+                log_warning(
+                        "%s: kernel %s: cannot ask it to keep its namespace on SIGINT (%s); an interrupt may end it",
+                        c->name, c->st.kernel_id, strerror(-r));
+        else
+                log_debug("%s: kernel %s: SIGINT given back to Python (its own handler exits)", c->name,
+                          c->st.kernel_id);
+        c->sigint_fixed = true;
+}
+
 static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
         Context *c = userdata;
         const char *type = jupyter_msg_type(msg);
@@ -219,6 +241,7 @@ static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *m
         if (channel == CHANNEL_SHELL && context_replay_on_reply(c, msg))
                 return;
         if (channel == CHANNEL_SHELL && streq(type, "kernel_info_reply")) {
+                sigint_fix(c, msg);
                 chunking_decide(c, msg);
                 c->got_info = true;
                 context_check_started(c);
@@ -282,11 +305,15 @@ const KernelConnCallbacks context_conn_callbacks = {
 /* ---- Cells ---- */
 
 /* ipykernel interrupts this way itself: SIGINT to its process group, so a
- * cell's children are interrupted with it; the namespace stays. */
+ * cell's children are interrupted with it; the namespace stays. A kernelspec with
+ * interrupt_mode "message" asks for an interrupt_request on control instead. */
 static void exec_hook_interrupt(void *userdata) {
         Context *c = userdata;
 
-        if (c->pid > 0)
+        if (c->cfg->interrupt_mode == INTERRUPT_MESSAGE) {
+                if (c->conn)
+                        (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "interrupt_request", json_object(), NULL);
+        } else if (c->pid > 0)
                 (void) kill(-c->pid, SIGINT);
 }
 
@@ -952,6 +979,9 @@ void context_reply(const Context *c, ReplyContext *ret) {
                  */
                 .started = running ? (c->st.preloaded ? "preloaded" : "cold") : NULL,
                 .start_note = running ? c->cold_why : NULL,
+                .kernel = c->cfg->kernel,
+                .language = c->cfg->language,
+                .interrupt_mode = interrupt_mode_to_string(c->cfg->interrupt_mode),
         };
         resources_reply(c->cfg, &c->limits, &ret->limits);
         context_replay_reply(c, ret);

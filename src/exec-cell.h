@@ -48,18 +48,25 @@ struct ExecQueue {
                  * says the kernel has left the request ("" when none). */
                 char probe_id[37];
                 bool probe_replied, probe_idle;
+                /* The probe was answered before the request's reply and idle: those are waited for once
+                 * more (EXEC_SETTLE_USEC; see run_check). */
+                bool probe_waited;
                 /* iopub was dropped (bound of the connection): the marker goes
                  * in when the kernel is heard from again, so that a kernel that
                  * died (which drops every connection) gets none. 0: none. */
                 size_t drop_pending;
                 /* An iopub message came (any parent) since the settle timer started. */
                 bool iopub_moved;
+                bool saw_input; /* its execute_input came */
         } run;
 
         ExecCell *died; /* was running when the kernel died; answered at the next attach */
         char *died_why;
 
         bool iopub_ready;
+        /* This kernel finished a cell of ours without an execute_input (tslab publishes none): then its busy
+         * with our request as parent is what says it started the request. Cleared by any execute_input. */
+        bool no_execute_input;
         char hs_msg_id[37];
 
         /* What the kernel is busy with, from iopub status messages of every
@@ -84,6 +91,7 @@ struct ExecQueue {
         uv_timer_t hs_timer;   /* the iopub handshake's resend */
         uv_timer_t settle;     /* a lone reply or idle, then the probe's idle (EXEC_SETTLE_USEC) */
         uv_timer_t wait_timer; /* the earliest deadline of a queued cell */
+        uv_timer_t resend;     /* a cell the kernel aborted unrun goes out again (ABORTED_RESEND_MSEC) */
         unsigned n_open_handles;
 
         bool count_written; /* cells ask for the kernel's count of what they wrote (exec_queue_count_written) */
@@ -129,6 +137,7 @@ struct ExecCell {
         long long execution_count;
         char *reply_status; /* "ok", "error", "aborted"; NULL until the reply */
         bool timed_out;
+        bool interrupted; /* an interrupt went to the kernel while it ran this cell */
         unsigned aborted_retries;
 };
 

@@ -18,12 +18,22 @@
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
 #define ABORTED_RETRIES 3
+/* ... after this long times the attempt: tslab aborts what reaches it within 200 ms of an error, so a cell sent
+ * again at once would be aborted each time. */
+#define ABORTED_RESEND_MSEC 300
+/* What the slot holds while such a cell waits to be sent again: no message of the kernel's has it as parent. */
+#define RESEND_PENDING "(aborted; to be sent again)"
 const double exec_duration_bounds[EXEC_DURATION_BUCKETS] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                              2.5,  5,     10,   30,  60,   300 };
 
 static const char *const status_names[_EXEC_STATUS_MAX] = {
-        [EXEC_OK] = "ok",     [EXEC_ERROR] = "error",     [EXEC_TIMEOUT] = "timeout",
-        [EXEC_DIED] = "died", [EXEC_ABORTED] = "aborted", [EXEC_NOT_STARTED] = "not_started",
+        [EXEC_OK] = "ok",
+        [EXEC_ERROR] = "error",
+        [EXEC_TIMEOUT] = "timeout",
+        [EXEC_DIED] = "died",
+        [EXEC_ABORTED] = "aborted",
+        [EXEC_NOT_STARTED] = "not_started",
+        [EXEC_KERNEL_ABORTED] = "kernel_aborted",
 };
 
 const char *exec_status_to_string(ExecStatus s) {
@@ -36,6 +46,7 @@ void exec_result_reply(const ExecResult *res, ReplyExecResult *ret) {
                 .execution_count = res->execution_count >= 0 ? res->execution_count : -1,
                 .kernel_id = res->kernel_id,
                 .outputs = res->outputs,
+                .message = res->message,
         };
 }
 
@@ -123,11 +134,13 @@ static void run_clear(ExecQueue *q) {
         q->run.auto_interrupted = q->run.in_grace = false;
         q->run.started = q->run.withdrawn = false;
         q->run.probe_id[0] = '\0';
-        q->run.probe_replied = q->run.probe_idle = false;
+        q->run.probe_replied = q->run.probe_idle = q->run.probe_waited = false;
         q->run.drop_pending = 0;
         q->run.iopub_moved = false;
+        q->run.saw_input = false;
         (void) uv_timer_stop(&q->timer);
         (void) uv_timer_stop(&q->settle);
+        (void) uv_timer_stop(&q->resend);
 }
 
 bool run_taken(const ExecQueue *q) {
@@ -169,7 +182,7 @@ static void run_probe(ExecQueue *q) {
         if (!run_taken(q) || !q->conn)
                 return;
         (void) uv_timer_stop(&q->settle);
-        q->run.probe_replied = q->run.probe_idle = false;
+        q->run.probe_replied = q->run.probe_idle = q->run.probe_waited = false;
         if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), id) < 0) {
                 q->run.probe_id[0] = '\0';
                 settle_start(q); /* try again */
@@ -185,6 +198,16 @@ static void run_finish(ExecQueue *q);
 static void run_check(ExecQueue *q) {
         if (!run_taken(q))
                 return;
+        /* Answered before the request said it ended (neither its reply nor its idle came): a kernel that handles
+         * shell requests side by side (tslab) answers the probe while the interrupted cell is still ending, so
+         * its reply is waited for once more. */
+        if (q->run.probe_replied && q->run.probe_idle && !q->run.got_reply && !q->run.got_idle &&
+            !q->run.probe_waited) {
+                q->run.probe_waited = true;
+                (void) uv_timer_stop(&q->settle);
+                settle_start(q);
+                return;
+        }
         if ((q->run.got_reply && q->run.got_idle) || (q->run.probe_replied && q->run.probe_idle)) {
                 run_finish(q);
                 return;
@@ -212,15 +235,28 @@ static void settle_cb(uv_timer_t *t) {
                 run_probe(q);
 }
 
+/* The probe that finds out whether an interrupt drew a reply: at once, behind the request on shell, for a kernel
+ * that handles shell requests in order. tslab (which publishes no execute_input) handles them side by side and
+ * then sends the interrupted cell's reply under the probe's header: it is asked only once a settle period passed
+ * without that reply. */
+static void run_probe_after_interrupt(ExecQueue *q) {
+        if (q->no_execute_input)
+                settle_start(q);
+        else
+                run_probe(q);
+}
+
 static void auto_interrupt(ExecQueue *q) {
         if (q->run.auto_interrupted)
                 return;
         q->run.auto_interrupted = true;
+        if (q->run.cell)
+                q->run.cell->interrupted = true;
         q->counters.interrupts++;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
         /* An interrupt that lands after the code finished draws no execute_reply. */
-        run_probe(q);
+        run_probe_after_interrupt(q);
 }
 
 /* Our cell was sent, but the kernel has not started it: another client's
@@ -363,6 +399,24 @@ static void queue_advance(ExecQueue *q) {
 }
 
 /* The kernel is done with the running request (reply and idle both came). */
+/* A cell the kernel aborted unrun goes out again (see exec_queue_on_reply); one that cannot is answered as aborted. */
+static void resend_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+        ExecCell *cell = q->run.cell;
+        char id[37];
+
+        if (!cell || !streq(q->run.msg_id, RESEND_PENDING))
+                return;
+        if (q->conn && send_execute(q, cell, id) >= 0) {
+                memcpy(q->run.msg_id, id, sizeof id);
+                return;
+        }
+        free(cell->reply_status);
+        cell->reply_status = strdup("aborted");
+        q->run.got_reply = true;
+        run_finish(q);
+}
+
 static void run_finish(ExecQueue *q) {
         ExecCell *cell = q->run.cell;
         ExecStatus status;
@@ -370,6 +424,9 @@ static void run_finish(ExecQueue *q) {
         const char *message = NULL;
         bool replied = q->run.got_reply;
 
+        /* A cell that ran to its reply without an execute_input: this kernel publishes none. */
+        if (replied && !q->run.saw_input && cell && cell->reply_status && !streq(cell->reply_status, "aborted"))
+                q->no_execute_input = true;
         run_clear(q);
         if (cell) {
                 if (!replied)
@@ -389,8 +446,18 @@ static void run_finish(ExecQueue *q) {
                 } else if (cell->reply_status && streq(cell->reply_status, "ok"))
                         status = EXEC_OK;
                 else if (cell->reply_status && streq(cell->reply_status, "aborted")) {
-                        status = EXEC_ABORTED;
-                        message = "the kernel aborted the cell without running it";
+                        status = EXEC_KERNEL_ABORTED;
+                        if (cell->interrupted || json_array_size(cell->outputs) > 0 || cell->pend_name)
+                                snprintf(msg, sizeof msg,
+                                         "the kernel answered the cell \"aborted\" after it had started%s; its "
+                                         "outputs so far are shown",
+                                         cell->interrupted ? " and was interrupted" : "");
+                        else
+                                snprintf(msg, sizeof msg,
+                                         "the kernel aborted the cell without running it, each of the %u times it "
+                                         "was sent (a kernel aborts the cells queued behind one that raised)",
+                                         cell->aborted_retries + 1);
+                        message = msg;
                 } else
                         status = EXEC_ERROR;
                 answer(cell, status, q->kernel_id, message);
@@ -469,6 +536,7 @@ void exec_queue_attach(ExecQueue *q, KernelConn *conn, const char *kernel_id) {
         q->kernel_id = id;
         q->conn = conn;
         q->iopub_ready = false;
+        q->no_execute_input = false;
         kernel_clear(q);
         q->kernel.gate_id[0] = '\0';
         handshake_send(q);
@@ -532,6 +600,9 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
 
         touch(q);
         status = json_string_value(json_object_get(msg->content, "status")) ?: "error";
+        /* The protocol's older word, which tslab still sends. */
+        if (streq(status, "abort"))
+                status = "aborted";
         {
                 json_t *count = json_object_get(msg->content, "execution_count");
                 if (json_is_integer(count) && !streq(status, "aborted"))
@@ -543,21 +614,20 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
 
                 if (json_is_integer(count))
                         cell->execution_count = json_integer_value(count);
-                if (streq(status, "aborted") && !cell->timed_out && cell->aborted_retries < ABORTED_RETRIES &&
-                    json_array_size(cell->outputs) == 0 && !cell->pend_name) {
-                        char id[37];
-
-                        /* It never ran: send it again under a new msg_id. The old
-                         * id's idle is then of no interest. */
+                /* IRkernel answers an interrupted cell "aborted" too: that one ran, and stays interrupted. */
+                if (streq(status, "aborted") && !cell->timed_out && !cell->interrupted &&
+                    cell->aborted_retries < ABORTED_RETRIES && json_array_size(cell->outputs) == 0 &&
+                    !cell->pend_name) {
+                        /* It never ran: send it again under a new msg_id, after a pause (resend_cb). The old
+                         * id's idle is then of no interest; the slot stays taken meanwhile. */
                         cell->aborted_retries++;
-                        if (send_execute(q, cell, id) >= 0) {
-                                memcpy(q->run.msg_id, id, sizeof id);
-                                q->run.got_reply = q->run.got_idle = false;
-                                q->run.probe_id[0] = '\0';
-                                q->run.probe_replied = q->run.probe_idle = false;
-                                (void) uv_timer_stop(&q->settle);
-                                return;
-                        }
+                        snprintf(q->run.msg_id, sizeof q->run.msg_id, "%s", RESEND_PENDING);
+                        q->run.got_reply = q->run.got_idle = false;
+                        q->run.probe_id[0] = '\0';
+                        q->run.probe_replied = q->run.probe_idle = false;
+                        (void) uv_timer_stop(&q->settle);
+                        (void) uv_timer_start(&q->resend, resend_cb, ABORTED_RESEND_MSEC * cell->aborted_retries, 0);
+                        return;
                 }
                 free(cell->reply_status);
                 cell->reply_status = strdup(status);
@@ -606,12 +676,15 @@ static void run_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg) 
                 if (msg_is_idle(type, msg)) {
                         q->run.got_idle = true;
                         run_check(q);
-                }
+                } else if (q->no_execute_input)
+                        run_mark_started(q);
                 return;
         }
         run_mark_started(q);
         cell = q->run.cell; /* NULL now if it was withdrawn */
         if (streq(type, "execute_input")) {
+                q->run.saw_input = true;
+                q->no_execute_input = false;
                 json_t *count = json_object_get(msg->content, "execution_count");
 
                 if (json_is_integer(count) && cell)
@@ -753,8 +826,9 @@ int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, Exec
         (void) uv_timer_init(loop, &q->hs_timer);
         (void) uv_timer_init(loop, &q->settle);
         (void) uv_timer_init(loop, &q->wait_timer);
-        q->timer.data = q->hs_timer.data = q->settle.data = q->wait_timer.data = q;
-        q->n_open_handles = 4;
+        (void) uv_timer_init(loop, &q->resend);
+        q->timer.data = q->hs_timer.data = q->settle.data = q->wait_timer.data = q->resend.data = q;
+        q->n_open_handles = 5;
         *ret = q;
         return 0;
 }
@@ -796,6 +870,7 @@ void exec_queue_free(ExecQueue *q) {
         uv_close((uv_handle_t *) &q->hs_timer, queue_handle_closed);
         uv_close((uv_handle_t *) &q->settle, queue_handle_closed);
         uv_close((uv_handle_t *) &q->wait_timer, queue_handle_closed);
+        uv_close((uv_handle_t *) &q->resend, queue_handle_closed);
 }
 
 int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,
@@ -873,12 +948,14 @@ bool exec_queue_interrupt(ExecQueue *q) {
         if (!other && !run_taken(q))
                 return false;
         q->counters.interrupts++;
+        if (!other && q->run.cell)
+                q->run.cell->interrupted = true;
         if (q->hooks.interrupt)
                 q->hooks.interrupt(q->userdata);
         /* Ours, landing after its code finished, draws no execute_reply: ask.
          * Another client's cell ahead of ours draws its own reply. */
         if (!other)
-                run_probe(q);
+                run_probe_after_interrupt(q);
         return true;
 }
 

@@ -53,10 +53,14 @@ typedef enum ExecStatus {
          * queue, or sent and queued in the kernel behind another client's
          * cell): nothing was interrupted, and it will not run; exit 11. */
         EXEC_NOT_STARTED,
+        /* The kernel answered it "aborted" (tslab: "abort"): without running it, each time it was sent (a kernel
+         * aborts the cells queued behind one that raised), or after it started (IRkernel answers an interrupted
+         * cell so); exit 10. */
+        EXEC_KERNEL_ABORTED,
         _EXEC_STATUS_MAX,
 } ExecStatus;
 
-/* "ok", "error", "timeout", "died", "aborted", "not_started"; NULL out of range */
+/* "ok", "error", "timeout", "died", "aborted", "not_started", "kernel_aborted"; NULL out of range */
 const char *exec_status_to_string(ExecStatus s);
 
 typedef struct ExecResult {
@@ -64,7 +68,8 @@ typedef struct ExecResult {
         long long execution_count; /* -1 when unknown */
         const char *kernel_id;     /* the kernel that ran it; for EXEC_DIED the new one, or NULL if none came */
         json_t *outputs;           /* array of nbformat v4 output dicts, borrowed */
-        const char *message;       /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT/EXEC_NOT_STARTED: a sentence; else NULL */
+        const char *message; /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT/EXEC_NOT_STARTED/EXEC_KERNEL_ABORTED: a sentence;
+                              * else NULL */
 } ExecResult;
 
 /* The end of a cell as the reply to execute tells it (reply.h); *ret borrows from res. */

@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "exec.h"
 #include "handlers.h"
+#include "kernelspec.h"
 #include "log.h"
 #include "protocol.h"
 #include "util.h"
@@ -23,7 +25,7 @@ typedef struct Method {
         MethodFlags flags;
 } Method;
 
-#define N_METHODS 13 /* the rows of methods[] */
+#define N_METHODS 14 /* the rows of methods[] */
 /* history's page: cells per request, by default and at most. */
 #define HISTORY_LIMIT_DEFAULT 100
 #define HISTORY_LIMIT_MAX 1000
@@ -387,6 +389,48 @@ static void method_metrics(ControlRequest *req, json_t *params, void *userdata) 
         /* Many contexts make a long reply: it may wait unread on the connection (JSON doubles each newline). */
         control_request_allow_queue(req, 2 * strlen(text));
         (void) reply_metrics_encode(&(ReplyMetrics){ .content_type = METRICS_CONTENT_TYPE, .text = text }, &j);
+        control_request_reply(req, j);
+}
+
+/* The kernelspecs a context of the peer's could name with kernel = (kernelspec.h): those in the daemon's
+ * JUPYTER_PATH, the peer's home and the system directories that the peer or root owns, sorted by name. */
+static void method_kernels(ControlRequest *req, json_t *params, void *userdata) {
+        const ControlPeer *peer = control_request_peer(req);
+        const struct passwd *pw = getpwuid(peer->uid);
+        _cleanup_strv_free_ char **dirs = NULL;
+        _cleanup_free_ ReplyKernelspec *list = NULL;
+        Kernelspec **specs = NULL;
+        json_t *j = NULL;
+        size_t n = 0;
+        int r;
+
+        r = kernelspec_dirs(getenv("JUPYTER_PATH"), pw ? pw->pw_dir : NULL, &dirs);
+        if (r >= 0)
+                r = kernelspec_list(dirs, peer->uid, &specs, &n);
+        if (r >= 0 && !(list = calloc(n + 1, sizeof *list)))
+                r = -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < n; i++)
+                list[i] = (ReplyKernelspec){
+                        .name = specs[i]->name,
+                        .display_name = specs[i]->display_name,
+                        .language = specs[i]->language,
+                        .interrupt_mode = interrupt_mode_to_string(specs[i]->interrupt_mode),
+                        .path = specs[i]->path,
+                        .argv = (const char **) specs[i]->argv,
+                        .n_argv = strv_length(specs[i]->argv),
+                };
+        if (r >= 0)
+                r = reply_kernels_encode(&(ReplyKernels){ .kernels = list,
+                                                          .n_kernels = n,
+                                                          .dirs = (const char **) dirs,
+                                                          .n_dirs = strv_length(dirs) },
+                                         &j);
+        for (size_t i = 0; i < n; i++)
+                kernelspec_free(specs[i]);
+        free(specs);
+        if (r < 0)
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "cannot list the kernelspecs: %s",
+                                             strerror(-r));
         control_request_reply(req, j);
 }
 
@@ -897,6 +941,7 @@ static const Method methods[] = {
         { "add", method_add, METHOD_CONFIGURE },
         { "remove", method_remove, METHOD_CONFIGURE },
         { "metrics", method_metrics, 0 },
+        { "kernels", method_kernels, 0 },
         { "history", method_history, 0 },
 };
 _Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");

@@ -268,8 +268,10 @@ static const struct {
         [SOCK_SHELL] = { CHANNEL_SHELL, ZMQ_DEALER },
         [SOCK_CONTROL] = { CHANNEL_CONTROL, ZMQ_DEALER },
         [SOCK_IOPUB] = { CHANNEL_IOPUB, ZMQ_SUB },
-        /* The kernel's hb is a ROUTER echo. A REQ that missed a reply is stuck
-         * in its state machine; a DEALER never is, and echoes are matched by payload. */
+        /* The kernel's hb echoes what it gets: ipykernel's is a ROUTER echo, IRkernel's and tslab's a REP. A
+         * REQ that missed a reply is stuck in its state machine; a DEALER never is, and echoes are matched by
+         * payload. A DEALER must then send the empty delimiter frame a REQ would: a REP drops a message
+         * without it. */
         [SOCK_HB] = { CHANNEL_HB, ZMQ_DEALER },
 };
 
@@ -299,6 +301,8 @@ struct KernelConn {
 
         uint64_t hb_last; /* payload of the latest ping */
         bool hb_waiting;  /* the latest ping has not been echoed yet */
+        char hb_endpoint[sizeof "ipc://" + UNIX_PATH_MAX_LEN + 1 + sizeof "-65535"];
+        unsigned hb_fresh; /* connections opened anew after a missed beat */
         unsigned dropped;
         unsigned reconnects;
         bool closing;
@@ -383,9 +387,12 @@ static int sock_recv(void *sock, zmq_msg_t parts[RECV_MAX_FRAMES], size_t *ret_n
 }
 
 static void conn_dispatch_hb(KernelConn *c, zmq_msg_t *parts, size_t n) {
+        /* The echo of [delimiter, payload]; a kernel that echoes only the last frame is answered too. */
+        const zmq_msg_t *payload = &parts[n - 1];
+
         /* Echoes of older pings are late, not wrong: they are ignored, not counted. */
-        if (n != 1 || zmq_msg_size(&parts[0]) != sizeof c->hb_last ||
-            memcmp(zmq_msg_data(&parts[0]), &c->hb_last, sizeof c->hb_last) != 0 || !c->hb_waiting)
+        if (n < 1 || n > 2 || (n == 2 && zmq_msg_size(&parts[0]) != 0) || zmq_msg_size(payload) != sizeof c->hb_last ||
+            memcmp(zmq_msg_data((zmq_msg_t *) payload), &c->hb_last, sizeof c->hb_last) != 0 || !c->hb_waiting)
                 return;
         c->hb_waiting = false;
         if (c->cb.on_hb)
@@ -643,6 +650,8 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, si
                 r = connection_endpoint(ci, sock_table[i].channel, endpoint, sizeof endpoint);
                 if (r < 0)
                         goto fail;
+                if (i == SOCK_HB)
+                        snprintf(c->hb_endpoint, sizeof c->hb_endpoint, "%s", endpoint);
                 if (zmq_connect(c->sock[i], endpoint) < 0 || zmq_getsockopt(c->sock[i], ZMQ_FD, &fd, &size) < 0) {
                         r = -zmq_errno();
                         goto fail;
@@ -723,7 +732,24 @@ int kernel_conn_ping(KernelConn *c) {
         if (c->closing)
                 return -ESHUTDOWN;
 
+        /* A beat went unanswered: the next goes over a new connection, as jupyter_client's heartbeat opens a
+         * new socket then, so that a peer that lost its state with us (a REP that took a frame it could not
+         * answer) gets a clean one, and nothing queued on the old one is sent late. */
+        if (c->hb_waiting && c->hb_endpoint[0]) {
+                (void) zmq_disconnect(c->sock[SOCK_HB], c->hb_endpoint);
+                (void) zmq_connect(c->sock[SOCK_HB], c->hb_endpoint);
+                c->hb_fresh++;
+        }
         payload = c->hb_last + 1;
+        /* libzmq queues a multipart message atomically: once the delimiter is accepted, so is the payload. */
+        while (zmq_send(c->sock[SOCK_HB], "", 0, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
+                int e = zmq_errno();
+
+                if (e == EINTR)
+                        continue;
+                conn_schedule_drain(c);
+                return -e;
+        }
         while (zmq_send(c->sock[SOCK_HB], &payload, sizeof payload, ZMQ_DONTWAIT) < 0) {
                 int e = zmq_errno();
 
@@ -741,6 +767,10 @@ int kernel_conn_ping(KernelConn *c) {
 
 unsigned kernel_conn_dropped(const KernelConn *c) {
         return c ? c->dropped : 0;
+}
+
+unsigned kernel_conn_hb_fresh(const KernelConn *c) {
+        return c ? c->hb_fresh : 0;
 }
 
 unsigned kernel_conn_reconnects(const KernelConn *c) {

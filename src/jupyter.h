@@ -104,9 +104,13 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, si
  * -ESHUTDOWN after kernel_conn_close (from a callback of this connection). */
 int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
 
-/* Sends one heartbeat ping; on_hb fires when it comes back. Only the latest
- * ping counts: echoes of older ones are ignored. -EAGAIN when the queue is full. */
+/* Sends one heartbeat ping, [empty delimiter, 8-byte payload] as a REQ frames it, so that a REP heartbeat
+ * (IRkernel, tslab) answers as a ROUTER echo (ipykernel) does; on_hb fires when it comes back. Only the latest
+ * ping counts: echoes of older ones are ignored. After a ping that was not echoed the heartbeat is connected
+ * anew first (kernel_conn_hb_fresh() counts these). -EAGAIN when the queue is full. */
 int kernel_conn_ping(KernelConn *c);
+/* How many times the heartbeat was connected anew after a missed beat. */
+unsigned kernel_conn_hb_fresh(const KernelConn *c);
 
 /* Counts of messages dropped for a bad signature or a bad format. */
 unsigned kernel_conn_dropped(const KernelConn *c);

@@ -87,6 +87,8 @@ static int exec_exit_code(const char *status) {
                 return EXIT_TIMEOUT;
         if (streq(status, "not_started"))
                 return EXIT_NOT_STARTED;
+        if (streq(status, "kernel_aborted"))
+                return EXIT_KERNEL_ABORTED;
         return EXIT_FAILED;
 }
 
@@ -155,6 +157,12 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
                         }
                 if (failed)
                         (void) client_report_error(reply.code, reply.message);
+                else if (streq(res.status, "kernel_aborted") && res.message) {
+                        /* A cell the kernel did not run says why, as a failed one does. */
+                        _cleanup_free_ char *why = client_sanitize(res.message, false);
+
+                        fprintf(stderr, "kernelctl: %s.\n", why ?: "?");
+                }
                 render_exec_summary(&res, failed);
         }
         return failed ? EXIT_FAILED : exec_exit_code(res.status);

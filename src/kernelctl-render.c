@@ -46,7 +46,19 @@ static char *format_uptime(double v) {
         return r < 0 ? NULL : out;
 }
 
-enum { COL_NAME, COL_STATE, COL_PID, COL_UPTIME, COL_RESTARTS, COL_INCARNATION, COL_TRANSPORT, COL_INFO, N_COLUMNS };
+enum {
+        COL_NAME,
+        COL_STATE,
+        COL_PID,
+        COL_UPTIME,
+        COL_RESTARTS,
+        COL_INCARNATION,
+        COL_TRANSPORT,
+        COL_KERNEL,
+        COL_LANGUAGE,
+        COL_INFO,
+        N_COLUMNS
+};
 
 static void row_free(char **row) {
         for (size_t i = 0; i < N_COLUMNS; i++)
@@ -71,6 +83,9 @@ static int status_row(const ReplyContext *c, char **row) {
         row[COL_RESTARTS] = format_integer(c->restarts);
         row[COL_INCARNATION] = format_integer(c->incarnation);
         row[COL_TRANSPORT] = client_sanitize(c->transport, false);
+        /* "-" for a context of argv alone, whose kernel nobody named. */
+        row[COL_KERNEL] = client_sanitize(c->kernel ?: "-", false);
+        row[COL_LANGUAGE] = client_sanitize(c->language ?: "-", false);
         row[COL_INFO] = client_sanitize(streq_ptr(c->state, "restoring") && replay_info(c) ? replay_info(c)
                                         : !render_state_is_up(c->state) && c->last_error   ? c->last_error
                                         : streq_ptr(c->running, "other")                   ? "another client's cell"
@@ -108,8 +123,8 @@ static void print_row(char *const *row, const size_t *widths) {
 }
 
 int render_status_table(const ReplyContext *contexts, size_t n) {
-        static const char *const header[N_COLUMNS] = { "NAME",     "STATE",       "PID",       "UPTIME",
-                                                       "RESTARTS", "INCARNATION", "TRANSPORT", "INFO" };
+        static const char *const header[N_COLUMNS] = { "NAME",        "STATE",     "PID",    "UPTIME",   "RESTARTS",
+                                                       "INCARNATION", "TRANSPORT", "KERNEL", "LANGUAGE", "INFO" };
         size_t widths[N_COLUMNS], n_tcp = 0;
         _cleanup_free_ char **rows = NULL;
         int r = EXIT_OK;
@@ -140,6 +155,47 @@ int render_status_table(const ReplyContext *contexts, size_t n) {
 finish:
         for (size_t i = 0; i < n; i++)
                 row_free(rows + i * N_COLUMNS);
+        return r;
+}
+
+int render_kernels(const ReplyKernels *k) {
+        enum { K_NAME, K_LANGUAGE, K_INTERRUPT, K_PATH, K_DISPLAY, K_COLUMNS };
+        static const char *const header[K_COLUMNS] = { "NAME", "LANGUAGE", "INTERRUPT", "PATH", "DISPLAY NAME" };
+        size_t widths[K_COLUMNS];
+        _cleanup_free_ char **cells = calloc((k->n_kernels + 1) * K_COLUMNS, sizeof(char *));
+        int r = EXIT_OK;
+
+        if (!cells)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        for (size_t c = 0; c < K_COLUMNS; c++) {
+                cells[c] = strdup(header[c]);
+                widths[c] = 0;
+        }
+        for (size_t i = 0; i < k->n_kernels; i++) {
+                const ReplyKernelspec *s = &k->kernels[i];
+                char **row = cells + (i + 1) * K_COLUMNS;
+
+                row[K_NAME] = client_sanitize(s->name, false);
+                row[K_LANGUAGE] = client_sanitize(s->language ?: "-", false);
+                row[K_INTERRUPT] = client_sanitize(s->interrupt_mode, false);
+                row[K_PATH] = client_sanitize(s->path, false);
+                row[K_DISPLAY] = client_sanitize(s->display_name ?: "-", false);
+        }
+        for (size_t i = 0; i < (k->n_kernels + 1) * K_COLUMNS; i++)
+                if (!cells[i])
+                        r = client_fail(EXIT_FAILED, "out of memory.");
+                else if (strlen(cells[i]) > widths[i % K_COLUMNS])
+                        widths[i % K_COLUMNS] = strlen(cells[i]);
+        for (size_t i = 0; r == EXIT_OK && i <= k->n_kernels; i++) {
+                char *const *row = cells + i * K_COLUMNS;
+
+                printf("%-*s  %-*s  %-*s  %-*s  %s\n", (int) widths[0], row[0], (int) widths[1], row[1],
+                       (int) widths[2], row[2], (int) widths[3], row[3], row[4]);
+        }
+        if (r == EXIT_OK && k->n_kernels == 0)
+                printf("(no kernelspec found)\n");
+        for (size_t i = 0; i < (k->n_kernels + 1) * K_COLUMNS; i++)
+                free(cells[i]);
         return r;
 }
 
@@ -293,7 +349,10 @@ void render_exec_summary(const ReplyExecResult *res, bool died) {
                         printf("[%s: kernel now %s]\n", st ?: "?", k);
                 else
                         printf("[%s: no kernel]\n", st ?: "?");
-        } else if (streq(res->status, "not_started"))
+        } else if (streq(res->status, "kernel_aborted"))
+                /* The kernel's own word for a cell it did not run; the daemon's message goes to stderr. */
+                puts("[aborted]");
+        else if (streq(res->status, "not_started"))
                 /* Only a timeout keeps a cell from starting and still answers its caller. */
                 puts("[not started: timeout]");
         else if (!died && res->execution_count >= 0)

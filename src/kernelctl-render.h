@@ -20,6 +20,9 @@ void render_json_line(const json_t *j);
 /* status: a table like supervisorctl's, and a note under it for contexts on tcp. */
 int render_status_table(const ReplyContext *contexts, size_t n);
 
+/* kernels: a table of NAME, LANGUAGE, INTERRUPT (signal or message), PATH and DISPLAY NAME. */
+int render_kernels(const ReplyKernels *k);
+
 /* start, stop, restart: "NAME: STATE (pid P, incarnation I)"; name is the context asked for. */
 int render_action(const ReplyContext *c, const char *name);
 

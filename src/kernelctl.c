@@ -206,6 +206,24 @@ static int cmd_interrupt(const Options *o, char **args, unsigned n_args) {
         return EXIT_OK;
 }
 
+/* The kernelspecs the caller's contexts could name with kernel = NAME. */
+static int cmd_kernels(const Options *o, char **args, unsigned n_args) {
+        json_auto_t *result = NULL;
+        _cleanup_(reply_kernels_done) ReplyKernels k = {};
+        ReplyProblem problem;
+        int r;
+
+        r = client_call(o->socket, "kernels", NULL, o->timeout != USEC_INFINITY ? o->timeout : STATUS_WAIT_USEC,
+                        &result);
+        if (r != EXIT_OK)
+                return r;
+        if (reply_kernels_decode(result, &k, &problem) < 0)
+                return client_invalid_reply(&problem);
+        if (o->json)
+                return render_json(result);
+        return render_kernels(&k);
+}
+
 /* The OpenMetrics text, as the daemon wrote it (it ends in "# EOF"). */
 static int cmd_metrics(const Options *o, char **args, unsigned n_args) {
         json_auto_t *result = NULL;
@@ -545,6 +563,11 @@ static const Verb verbs[] = {
         { "metrics", "",
           "print the metrics of the daemon and the contexts in\nthe OpenMetrics text format (--timeout as status)", 0,
           0, ARGS_NONE, cmd_metrics },
+        { "kernels", "",
+          "list the kernelspecs a context can name with kernel =\n(JUPYTER_PATH, ~/.local/share/jupyter, "
+          "/usr/local/share\n"
+          "and /usr/share/jupyter)",
+          0, 0, ARGS_NONE, cmd_kernels },
         { "version", "", "print the version of kernelctl", 0, 0, ARGS_NONE, cmd_version },
         { "help", "", "show this help", 0, 0, ARGS_NONE, cmd_help },
 };
@@ -604,8 +627,9 @@ static void help(void) {
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
                "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
                "8 kernel replaced (namespace lost), 9 kernel replaced, namespace rebuilt by\n"
-               "replaying its journal (restore = replay), 11 the cell never started (its\n"
-               "timeout passed while it waited; it will not run).\n"
+               "replaying its journal (restore = replay), 10 the kernel aborted the cell,\n"
+               "11 the cell never started (its timeout passed while it waited; it will\n"
+               "not run).\n"
                "See kernelctl(1).\n");
 }
 

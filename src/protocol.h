@@ -37,9 +37,9 @@ enum {
         EXIT_TIMEOUT = 6,
         EXIT_CELL_ERROR = 7,
         EXIT_REPLACED = 8,
-        EXIT_REBUILT = 9, /* check: kernel replaced, its namespace rebuilt by replaying the journal */
-        /* 10: kept for a cell the kernel aborted without running it (issue 13, kernelspecs). */
-        EXIT_NOT_STARTED = 11, /* exec: the cell never started (its timeout passed first); it will not run */
+        EXIT_REBUILT = 9,         /* check: kernel replaced, its namespace rebuilt by replaying the journal */
+        EXIT_KERNEL_ABORTED = 10, /* exec: the kernel answered the cell "aborted" (or "abort") without running it */
+        EXIT_NOT_STARTED = 11,    /* exec: the cell never started (its timeout passed first); it will not run */
 };
 
 /* The exit code for a JSON-RPC error code (unknown codes: EXIT_FAILED). */

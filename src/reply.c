@@ -172,6 +172,9 @@ static const Field context_fields[] = {
         F(ReplyContext, "output_chunking", FIELD_STRING, output_chunking, .flags = NULLABLE),
         F(ReplyContext, "started", FIELD_STRING, started, .flags = NULLABLE),
         F(ReplyContext, "start_note", FIELD_STRING, start_note, .flags = NULLABLE),
+        F(ReplyContext, "kernel", FIELD_STRING, kernel, .flags = NULLABLE),
+        F(ReplyContext, "language", FIELD_STRING, language, .flags = NULLABLE | LOSSY),
+        F(ReplyContext, "interrupt_mode", FIELD_STRING, interrupt_mode, .flags = NULLABLE),
         F(ReplyContext, "journal", FIELD_STRUCT, journal, .sub = &journal_type, .flags = OPTIONAL),
         F(ReplyContext, "replay", FIELD_STRUCT, replay, .sub = &replay_type, .flags = OPTIONAL),
 };
@@ -205,6 +208,7 @@ static const Field exec_result_fields[] = {
         INT(ReplyExecResult, "execution_count", execution_count, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
         F(ReplyExecResult, "kernel_id", FIELD_STRING, kernel_id, .flags = NULLABLE),
         F(ReplyExecResult, "outputs", FIELD_OUTPUTS, outputs),
+        F(ReplyExecResult, "message", FIELD_STRING, message, .flags = OPTIONAL | LOSSY),
 };
 static const ReplyType exec_result_type = TYPE(ReplyExecResult, exec_result_fields);
 
@@ -218,6 +222,22 @@ static const Field metrics_fields[] = {
         F(ReplyMetrics, "text", FIELD_STRING, text),
 };
 static const ReplyType metrics_type = TYPE(ReplyMetrics, metrics_fields);
+
+static const Field kernelspec_fields[] = {
+        F(ReplyKernelspec, "name", FIELD_STRING, name),
+        F(ReplyKernelspec, "display_name", FIELD_STRING, display_name, .flags = NULLABLE | LOSSY),
+        F(ReplyKernelspec, "language", FIELD_STRING, language, .flags = NULLABLE | LOSSY),
+        F(ReplyKernelspec, "interrupt_mode", FIELD_STRING, interrupt_mode),
+        F(ReplyKernelspec, "path", FIELD_STRING, path, .flags = LOSSY),
+        LIST(ReplyKernelspec, "argv", FIELD_STRINGS, argv, n_argv),
+};
+static const ReplyType kernelspec_type = TYPE(ReplyKernelspec, kernelspec_fields);
+
+static const Field kernels_fields[] = {
+        LIST(ReplyKernels, "kernels", FIELD_ARRAY, kernels, n_kernels, .sub = &kernelspec_type),
+        LIST(ReplyKernels, "dirs", FIELD_STRINGS, dirs, n_dirs),
+};
+static const ReplyType kernels_type = TYPE(ReplyKernels, kernels_fields);
 
 static const Field restarted_fields[] = {
         F(ReplyChange, "name", FIELD_STRING, name),
@@ -727,6 +747,7 @@ REPLY_DEFINE(output, ReplyOutput)
 REPLY_DEFINE(exec_result, ReplyExecResult)
 REPLY_DEFINE(interrupt, ReplyInterrupt)
 REPLY_DEFINE(metrics, ReplyMetrics)
+REPLY_DEFINE(kernels, ReplyKernels)
 REPLY_DEFINE(report, ReplyReport)
 REPLY_DEFINE(history, ReplyHistory)
 REPLY_DEFINE(error, ReplyError)

@@ -14,6 +14,7 @@
  *                           or "aborted")
  *   interrupt               ReplyInterrupt
  *   metrics                 ReplyMetrics
+ *   kernels                 ReplyKernels
  *   reload, add, remove     ReplyReport
  *   any error               ReplyError: the "error" member of the reply
  *
@@ -130,6 +131,10 @@ typedef struct ReplyContext {
         const char *output_chunking; /* "on" or "off" for a running IPython kernel (chunking.h); NULL: null */
         const char *started;         /* how the running kernel was started: "preloaded" or "cold"; NULL: null */
         const char *start_note;      /* why a running kernel was started cold; NULL: null */
+        const char *kernel;          /* the kernelspec's name ("python3" for the built-in one); NULL: null (argv
+                                      * alone) */
+        const char *language;        /* the kernelspec's language; NULL: null */
+        const char *interrupt_mode;  /* how the kernel is interrupted: "signal" or "message"; NULL: null */
         ReplyJournal journal;        /* left out with restore = none */
         ReplyReplay replay;          /* left out when no replay happened since the daemon started */
 } ReplyContext;
@@ -168,10 +173,12 @@ typedef struct ReplyOutput {
 
 /* The end of a cell. */
 typedef struct ReplyExecResult {
-        const char *status;        /* "ok", "error", "timeout", "died" or "aborted" */
+        const char *status;        /* "ok", "error", "timeout", "died", "aborted", "not_started" or
+                                    * "kernel_aborted" (the kernel did not run it; message says so) */
         long long execution_count; /* -1: null */
         const char *kernel_id;     /* the kernel it ran on (after "died": its successor); NULL: null */
         const json_t *outputs;     /* every output, an array of nbformat v4 output dicts; NULL encodes as [] */
+        const char *message;       /* why a cell did not run to its end, a sentence; NULL: left out */
 } ReplyExecResult;
 
 typedef struct ReplyInterrupt {
@@ -182,6 +189,25 @@ typedef struct ReplyMetrics {
         const char *content_type; /* the OpenMetrics media type, with its version */
         const char *text;         /* the exposition, ending in "# EOF\n" */
 } ReplyMetrics;
+
+/* One installed kernelspec (kernelspec.h). */
+typedef struct ReplyKernelspec {
+        const char *name;
+        const char *display_name;   /* NULL: null */
+        const char *language;       /* NULL: null */
+        const char *interrupt_mode; /* "signal" or "message" */
+        const char *path;           /* its kernel.json */
+        const char **argv;
+        size_t n_argv;
+} ReplyKernelspec;
+
+/* kernels: what a context could name in kernel =, for the caller's user, sorted by name. */
+typedef struct ReplyKernels {
+        ReplyKernelspec *kernels;
+        size_t n_kernels;
+        const char **dirs; /* the directories searched, in order */
+        size_t n_dirs;
+} ReplyKernels;
 
 /* A context a reload changes: why it restarts ("reason": "env changed"), or which setting it
  * takes without a restart ("setting": "restart"). */
@@ -249,6 +275,7 @@ REPLY_DECLARE(output, ReplyOutput);
 REPLY_DECLARE(exec_result, ReplyExecResult);
 REPLY_DECLARE(interrupt, ReplyInterrupt);
 REPLY_DECLARE(metrics, ReplyMetrics);
+REPLY_DECLARE(kernels, ReplyKernels);
 REPLY_DECLARE(report, ReplyReport);
 REPLY_DECLARE(history, ReplyHistory);
 REPLY_DECLARE(error, ReplyError);

@@ -9,7 +9,7 @@
 
 #include "config.h"
 
-/* The daemon's state: only supervisor.c sees inside. */
+/* The daemon's state: only supervisor.c and supervisor-reload.c see inside (supervisor-private.h). */
 typedef struct Supervisor Supervisor;
 
 /* Takes config. Opens the state dir, bumps the generation, creates the

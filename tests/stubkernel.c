@@ -4,9 +4,15 @@
  * iopub, as a real kernel does), and exits on shutdown_request (broadcasting
  * its shutdown_reply on iopub too, as ipykernel does). A few MiB
  * each instead of ipykernel's ~50.
- *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f CONNECTION_FILE
+ *   stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] [--rep-heartbeat] -f CONNECTION_FILE
  * For the stop escalation and the restart policy, it can misbehave: exit at
  * once with CODE, answer shutdown_request but keep running, ignore SIGTERM.
+ * --rep-heartbeat makes the heartbeat a REP socket, as IRkernel's and tslab's
+ * are: it drops a ping that lacks the REQ delimiter frame.
+ * Two cells behave otherwise: "abort" is answered status "abort" without an
+ * execution_count (as tslab answers a cell it aborted), and "hang" runs until an
+ * interrupt_request comes on control (SIGINT is ignored), then ends with a
+ * KeyboardInterrupt error.
  * For the heartbeat: SIGUSR1 makes it stop answering heartbeat pings (as a
  * kernel stuck in C code with its GIL held), SIGUSR2 makes it answer again. */
 #include <errno.h>
@@ -30,6 +36,15 @@ static volatile sig_atomic_t hb_silent; /* SIGUSR1 sets it, SIGUSR2 clears it */
 static void on_hb_signal(int sig) {
         hb_silent = sig == SIGUSR1;
 }
+
+/* The "hang" cell: its request (frames kept, parsed into req) until an interrupt_request ends it. */
+static struct {
+        bool running;
+        zmq_msg_t frames[32];
+        int n, ids;
+        JupyterMsg req;
+        void *sock;
+} hang;
 
 /* Receives one multipart message: up to max frames (longer ones are cut). */
 static int recv_multipart(void *sock, zmq_msg_t *frames, int max) {
@@ -104,10 +119,26 @@ static int handle(void *sock, void *iopub, int *count) {
                                         "implementation_version", "1", "language_info", "name", "stub", "version", "1",
                                         "banner", "stub kernel"));
                 else if (streq(type, "execute_request")) {
-                        ++*count;
-                        reply(sock, frames, ids, &req, "execute_reply",
-                              json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
-                                        "user_expressions", "payload"));
+                        const char *code = json_string_value(json_object_get(req.content, "code")) ?: "";
+
+                        if (streq(code, "abort"))
+                                reply(sock, frames, ids, &req, "execute_reply", json_pack("{s:s}", "status", "abort"));
+                        else if (streq(code, "hang") && !hang.running) {
+                                /* Its frames stay ours until the interrupt: req points into them. */
+                                ++*count;
+                                hang.running = true;
+                                memcpy(hang.frames, frames, sizeof frames[0] * (size_t) n);
+                                hang.n = n;
+                                hang.ids = ids;
+                                hang.req = req;
+                                hang.sock = sock;
+                                return 0;
+                        } else {
+                                ++*count;
+                                reply(sock, frames, ids, &req, "execute_reply",
+                                      json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
+                                                "user_expressions", "payload"));
+                        }
                 } else if (streq(type, "shutdown_request")) {
                         reply(sock, frames, ids, &req, "shutdown_reply",
                               json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
@@ -115,8 +146,22 @@ static int handle(void *sock, void *iopub, int *count) {
                         reply(iopub, NULL, 0, &req, "shutdown_reply",
                               json_pack("{s:s, s:b}", "status", "ok", "restart", 0));
                         r = !ignore_shutdown;
-                } else if (streq(type, "interrupt_request"))
+                } else if (streq(type, "interrupt_request")) {
                         reply(sock, frames, ids, &req, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+                        if (hang.running) {
+                                reply(iopub, NULL, 0, &hang.req, "error",
+                                      json_pack("{s:s, s:s, s:[s]}", "ename", "KeyboardInterrupt", "evalue", "",
+                                                "traceback", "KeyboardInterrupt"));
+                                reply(hang.sock, hang.frames, hang.ids, &hang.req, "execute_reply",
+                                      json_pack("{s:s, s:i, s:s, s:s, s:[]}", "status", "error", "execution_count",
+                                                *count, "ename", "KeyboardInterrupt", "evalue", "", "traceback"));
+                                publish_status(iopub, &hang.req, "idle");
+                                jupyter_msg_done(&hang.req);
+                                for (int i = 0; i < hang.n; i++)
+                                        zmq_msg_close(&hang.frames[i]);
+                                hang.running = false;
+                        }
+                }
                 publish_status(iopub, &req, "idle");
                 jupyter_msg_done(&req);
         }
@@ -125,7 +170,8 @@ static int handle(void *sock, void *iopub, int *count) {
         return r;
 }
 
-/* The heartbeat is a ROUTER echo, as ipykernel's; while hb_silent, a ping is read and dropped. */
+/* The heartbeat is a ROUTER echo, as ipykernel's, or a REP (which strips the envelope and puts it back); while
+ * hb_silent, a ping is read and dropped. */
 static void echo(void *hb) {
         zmq_msg_t frames[8];
         int n = recv_multipart(hb, frames, 8);
@@ -138,7 +184,7 @@ static void echo(void *hb) {
 }
 
 int main(int argc, char *argv[]) {
-        static const int types[_CHANNEL_MAX] = {
+        int types[_CHANNEL_MAX] = {
                 [CHANNEL_SHELL] = ZMQ_ROUTER,   [CHANNEL_IOPUB] = ZMQ_PUB, [CHANNEL_STDIN] = ZMQ_ROUTER,
                 [CHANNEL_CONTROL] = ZMQ_ROUTER, [CHANNEL_HB] = ZMQ_ROUTER,
         };
@@ -155,11 +201,13 @@ int main(int argc, char *argv[]) {
                         ignore_shutdown = true;
                 else if (streq(argv[i], "--ignore-term"))
                         signal(SIGTERM, SIG_IGN);
+                else if (streq(argv[i], "--rep-heartbeat"))
+                        types[CHANNEL_HB] = ZMQ_REP;
                 else if (streq(argv[i], "-f") && i + 1 < argc)
                         file = argv[++i];
                 else {
-                        fprintf(stderr, "usage: stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] -f "
-                                        "CONNECTION_FILE\n");
+                        fprintf(stderr, "usage: stubkernel [--exit CODE] [--ignore-shutdown] [--ignore-term] "
+                                        "[--rep-heartbeat] -f CONNECTION_FILE\n");
                         return 2;
                 }
         }
@@ -190,8 +238,9 @@ int main(int argc, char *argv[]) {
         sigaction(SIGUSR1, &sa, NULL);
         sigaction(SIGUSR2, &sa, NULL);
         while (!done) {
+                /* While "hang" runs, shell waits as a real kernel's does: only control and hb are answered. */
                 zmq_pollitem_t items[] = {
-                        { socks[CHANNEL_SHELL], 0, ZMQ_POLLIN, 0 },
+                        { socks[CHANNEL_SHELL], 0, hang.running ? 0 : ZMQ_POLLIN, 0 },
                         { socks[CHANNEL_CONTROL], 0, ZMQ_POLLIN, 0 },
                         { socks[CHANNEL_HB], 0, ZMQ_POLLIN, 0 },
                 };

@@ -49,3 +49,40 @@ ks_install_fuzz() {
         fi
         rm -rf "$probe"
 }
+
+# The real kernels of tests/integration/test-kernels.py, installed into $1 (a cache below the build
+# directory): Debian's xeus-python (xpython) and IRkernel (r-cran-irkernel), and tslab (npm, JavaScript and
+# TypeScript) with its kernelspecs in $1/npm/prefix/share/jupyter. Each outcome goes to $1/NAME.status,
+# "ok" or "skip: WHY", which the test reads: a kernel that cannot be installed is a skip, never a failure.
+KS_TSLAB_VERSION=1.0.22
+ks_install_kernels() {
+        local cache=$1 log
+        mkdir -p "$cache" || return 1
+        log="$cache/install.log"
+        : >"$log"
+        if ks_install_missing xpython >>"$log" 2>&1 && [ -x /usr/bin/xpython ]; then
+                echo ok >"$cache/xpython.status"
+        else
+                echo "skip: the Debian package xpython could not be installed (see $log)" >"$cache/xpython.status"
+        fi
+        if ks_install_missing r-cran-irkernel >>"$log" 2>&1 && [ -f /usr/share/jupyter/kernels/ir/kernel.json ]; then
+                echo ok >"$cache/ir.status"
+        else
+                echo "skip: the Debian package r-cran-irkernel could not be installed (see $log)" >"$cache/ir.status"
+        fi
+        local npm="$cache/npm" status
+        status="skip: tslab $KS_TSLAB_VERSION could not be installed from npm (see $log)"
+        # Nested: tslab finds @types/node (console, process, ...) only below its own node_modules or the kernel's
+        # cwd, and npm would otherwise hoist it out of tslab's.
+        if [ -x "$npm/node_modules/.bin/tslab" ] && [ -f "$npm/prefix/share/jupyter/kernels/tslab/kernel.json" ] &&
+                [ -f "$npm/node_modules/tslab/node_modules/@types/node/package.json" ] &&
+                grep -q "\"version\": \"$KS_TSLAB_VERSION\"" "$npm/node_modules/tslab/package.json" 2>/dev/null; then
+                status=ok
+        elif { command -v npm >/dev/null || ks_install_missing nodejs npm >>"$log" 2>&1; } &&
+                npm install --prefix "$npm" --no-audit --no-fund --install-strategy=nested "tslab@$KS_TSLAB_VERSION" >>"$log" 2>&1 &&
+                "$npm/node_modules/.bin/tslab" install --python /usr/bin/python3 --binary "$npm/node_modules/.bin/tslab" \
+                        --prefix "$npm/prefix" >>"$log" 2>&1; then
+                status=ok
+        fi
+        echo "$status" >"$cache/tslab.status"
+}

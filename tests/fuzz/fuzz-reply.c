@@ -58,6 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK_TYPE(output, ReplyOutput, j);
         CHECK_TYPE(exec_result, ReplyExecResult, j);
         CHECK_TYPE(interrupt, ReplyInterrupt, j);
+        CHECK_TYPE(metrics, ReplyMetrics, j);
+        CHECK_TYPE(kernels, ReplyKernels, j);
         CHECK_TYPE(report, ReplyReport, j);
         CHECK_TYPE(history, ReplyHistory, j);
         CHECK_TYPE(error, ReplyError, j);

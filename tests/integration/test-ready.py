@@ -85,7 +85,7 @@ def test(tap):
     tap.eq(r.returncode, 0, "kernelctl status exits 0")
     lines = r.stdout.splitlines()
     tap.eq(lines[0].split() if lines else None,
-           ["NAME", "STATE", "PID", "UPTIME", "RESTARTS", "INCARNATION", "TRANSPORT", "INFO"],
+           ["NAME", "STATE", "PID", "UPTIME", "RESTARTS", "INCARNATION", "TRANSPORT", "KERNEL", "LANGUAGE", "INFO"],
            "kernelctl status prints the table header")
     rows = [l.split() for l in lines[1:] if l.split()[:1] == ["default"]]
     tap.ok(len(rows) == 1 and rows[0][1] == "ready" and rows[0][2] == str(pid),

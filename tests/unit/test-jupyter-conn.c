@@ -189,7 +189,7 @@ static void test_conn_fake(void) {
         Seen s;
         ConnectionInfo ci = { .ip = "127.0.0.1", .key = KEY }, bad;
         KernelConn *c = NULL, *c2 = NULL, *untouched = (KernelConn *) &fk;
-        zmq_msg_t ident, cident, hb[3][2];
+        zmq_msg_t ident, cident, hb[3][3];
         JupyterMsg req, creq;
         char id[37] = "", cid[37] = "", id2[37];
         uint64_t payload[3];
@@ -312,46 +312,61 @@ static void test_conn_fake(void) {
         is_int(s.status_for_want, 1, "iopub: status with our parent id");
         is_int(kernel_conn_dropped(c), 6, "iopub: the bad ones dropped and counted");
 
-        /* hb: two pings; only the echo of the latest fires on_hb. */
+        /* hb: two pings; only the echo of the latest fires on_hb. Each is [delimiter, payload], as a REQ sends
+         * it, so that a REP heartbeat (IRkernel, tslab) answers too. */
         for (size_t i = 0; i < 2; i++) {
                 s.in_call = true;
                 is_int(kernel_conn_ping(c), 0, "ping %zu", i + 1);
                 s.in_call = false;
-                r = fake_recv(fk.sock[CHANNEL_HB], hb[i], 2, &n);
-                ok(r == 0 && n == 2 && zmq_msg_size(&hb[i][1]) == 8, "fake hb: got ping %zu (identity, 8 bytes)",
-                   i + 1);
-                if (r < 0 || n != 2)
+                r = fake_recv(fk.sock[CHANNEL_HB], hb[i], 3, &n);
+                ok(r == 0 && n == 3 && zmq_msg_size(&hb[i][1]) == 0 && zmq_msg_size(&hb[i][2]) == 8,
+                   "fake hb: got ping %zu (identity, empty delimiter, 8 bytes)", i + 1);
+                if (r < 0 || n != 3)
                         goto out_req;
-                memcpy(&payload[i], zmq_msg_data(&hb[i][1]), 8);
+                memcpy(&payload[i], zmq_msg_data(&hb[i][2]), 8);
         }
         ok(payload[0] != payload[1], "ping: payloads differ");
-        /* Echo the old one, the latest, then both again. */
+        /* Ping 1 went unanswered: ping 2 came over a new connection, as jupyter_client opens a new socket. */
+        ok(zmq_msg_size(&hb[0][0]) != zmq_msg_size(&hb[1][0]) ||
+                   memcmp(zmq_msg_data(&hb[0][0]), zmq_msg_data(&hb[1][0]), zmq_msg_size(&hb[0][0])) != 0,
+           "ping after a missed one: a new connection (another identity)");
+        is_int(kernel_conn_hb_fresh(c), 1, "hb: one fresh connection counted");
+        /* Echo the old one, the latest, then both again, on the connection that is left. */
         for (size_t i = 0; i < 4; i++) {
-                const char *p[] = { (const char *) &payload[i == 1 || i == 2] };
+                const char *p[] = { "", (const char *) &payload[i == 1 || i == 2] };
 
-                fake_send_raw(fk.sock[CHANNEL_HB], &hb[0][0], p, (size_t[]){ 8 }, 1);
+                fake_send_raw(fk.sock[CHANNEL_HB], &hb[1][0], p, (size_t[]){ 0, 8 }, 2);
         }
         ok(RUN_UNTIL(&s, s.hb == 1), "hb: echo of the latest ping fires on_hb");
         s.in_call = true;
         is_int(kernel_conn_ping(c), 0, "ping 3");
         s.in_call = false;
-        r = fake_recv(fk.sock[CHANNEL_HB], hb[2], 2, &n);
-        ok(r == 0 && n == 2, "fake hb: got ping 3");
-        if (r < 0 || n != 2)
+        r = fake_recv(fk.sock[CHANNEL_HB], hb[2], 3, &n);
+        ok(r == 0 && n == 3, "fake hb: got ping 3");
+        if (r < 0 || n != 3)
                 goto out_hb;
-        memcpy(&payload[2], zmq_msg_data(&hb[2][1]), 8);
+        memcpy(&payload[2], zmq_msg_data(&hb[2][2]), 8);
+        ok(zmq_msg_size(&hb[2][0]) == zmq_msg_size(&hb[1][0]) &&
+                   memcmp(zmq_msg_data(&hb[2][0]), zmq_msg_data(&hb[1][0]), zmq_msg_size(&hb[1][0])) == 0,
+           "ping after an answered one: the same connection");
         {
-                /* A stale echo, then the right one. */
-                const char *p0[] = { (const char *) &payload[0] }, *p2[] = { (const char *) &payload[2] };
+                /* A stale echo, then the right one without a delimiter (a kernel that echoes only the payload). */
+                const char *p0[] = { "", (const char *) &payload[0] }, *p2[] = { (const char *) &payload[2] };
 
-                fake_send_raw(fk.sock[CHANNEL_HB], &hb[0][0], p0, (size_t[]){ 8 }, 1);
-                fake_send_raw(fk.sock[CHANNEL_HB], &hb[0][0], p2, (size_t[]){ 8 }, 1);
+                fake_send_raw(fk.sock[CHANNEL_HB], &hb[2][0], p0, (size_t[]){ 0, 8 }, 2);
+                fake_send_raw(fk.sock[CHANNEL_HB], &hb[2][0], p2, (size_t[]){ 8 }, 1);
         }
         ok(RUN_UNTIL(&s, s.hb == 2), "hb: second round");
+        {
+                /* A first frame that is no delimiter is no echo of ours. */
+                const char *not_delim[] = { "x", (const char *) &payload[2] };
+
+                fake_send_raw(fk.sock[CHANNEL_HB], &hb[2][0], not_delim, (size_t[]){ 1, 8 }, 2);
+        }
         run_for(&s, 100);
-        is_int(s.hb, 2, "hb: stale and repeated echoes never fire on_hb");
+        is_int(s.hb, 2, "hb: stale, repeated and malformed echoes never fire on_hb");
         is_int(kernel_conn_dropped(c), 6, "hb: echoes are not counted as dropped");
-        msgs_close(hb[2], 2);
+        msgs_close(hb[2], 3);
 
         /* A reply waits in the connection (its ZMQ_FD has fired, the loop has
          * not run) when we send: no callback may run inside the send, and as
@@ -382,8 +397,8 @@ static void test_conn_fake(void) {
                 }
         }
 out_hb:
-        msgs_close(hb[0], 2);
-        msgs_close(hb[1], 2);
+        msgs_close(hb[0], 3);
+        msgs_close(hb[1], 3);
 
         /* Close from inside a callback with a second reply queued: nothing after close. */
         s.close_on_reply = true;

@@ -27,7 +27,8 @@ static const char STATUS[] =
         "ity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"ta"
         "sks_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unifie"
         "d/kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null"
-        ",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null},{\"name\":\"b\",\"state\":"
+        ",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":\"python3\","
+        "\"language\":\"python\",\"interrupt_mode\":\"signal\"},{\"name\":\"b\",\"state\":"
         "\"stopped\",\"pid\":null,\"kernel_id\":"
         "null,\"incarnation\""
         ":0,\"restarts\":0,\"started_at\":null,\"uptime\":null,\"connection_file\":\"/tmp/ks/run/connectio"
@@ -36,7 +37,8 @@ static const char STATUS[] =
         "s_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":"
         "null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can co"
         "nnect to its ports and subscribe to its "
-        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}]}";
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":"
+        "\"python3\",\"language\":\"python\",\"interrupt_mode\":\"signal\"}]}";
 
 /* check's result */
 static const char CHECK[] =
@@ -49,7 +51,8 @@ static const char CHECK[] =
         "y\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"task"
         "s_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/"
         "kernelsup-a-22094\",\"group_kill\":\"cgroup.kill\"},\"transport\":\"ipc\",\"transport_note\":null,\""
-        "running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}}";
+        "running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":\"python3\","
+        "\"language\":\"python\",\"interrupt_mode\":\"signal\"}}";
 
 /* the data of wait's error "not every context was ready within the timeout" */
 static const char WAIT_TIMEOUT[] =
@@ -62,7 +65,8 @@ static const char WAIT_TIMEOUT[] =
         "ax\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_m"
         "ax\",\"cpu_quota\"],\"note\":null,\"group\":null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"t"
         "ransport_note\":\"any local user can connect to its ports and subscribe to its output\",\"ru"
-        "nning\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}]}";
+        "nning\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":\"python3\","
+        "\"language\":\"python\",\"interrupt_mode\":\"signal\"}]}";
 
 /* the data of check's error "b: not ready within the timeout (state stopped)" */
 static const char CHECK_TIMEOUT[] =
@@ -73,7 +77,8 @@ static const char CHECK_TIMEOUT[] =
         ":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\":null,\"group\":null,\""
         "group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect "
         "to its ports and subscribe to its "
-        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}}";
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":"
+        "\"python3\",\"language\":\"python\",\"interrupt_mode\":\"signal\"}}";
 
 /* start's result */
 static const char START[] =
@@ -85,7 +90,8 @@ static const char START[] =
         "ta\"],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/kernelsup-b-22189\",\"g"
         "roup_kill\":\"cgroup.kill\"},\"transport\":\"tcp\",\"transport_note\":\"any local user can connect"
         " to its ports and subscribe to its "
-        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}";
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":"
+        "\"python3\",\"language\":\"python\",\"interrupt_mode\":\"signal\"}";
 
 /* stop's result */
 static const char STOP[] =
@@ -97,7 +103,8 @@ static const char STOP[] =
         "a\":\"50%\",\"tasks_max\":null,\"enforced\":[],\"not_enforced\":[\"memory_max\",\"cpu_quota\"],\"note\""
         ":null,\"group\":null,\"group_kill\":\"subreaper\"},\"transport\":\"tcp\",\"transport_note\":\"any loc"
         "al user can connect to its ports and subscribe to its "
-        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null}";
+        "output\",\"running\":null,\"output_chunking\":null,\"started\":null,\"start_note\":null,\"kernel\":"
+        "\"python3\",\"language\":\"python\",\"interrupt_mode\":\"signal\"}";
 
 /* execute's result */
 static const char EXECUTE[] =
@@ -279,7 +286,8 @@ static bool context_equal(const ReplyContext *a, const ReplyContext *b) {
                limits_equal(&a->limits, &b->limits) && streq(a->transport, b->transport) &&
                streq_ptr(a->transport_note, b->transport_note) && streq_ptr(a->running, b->running) &&
                streq_ptr(a->output_chunking, b->output_chunking) && streq_ptr(a->started, b->started) &&
-               streq_ptr(a->start_note, b->start_note);
+               streq_ptr(a->start_note, b->start_note) && streq_ptr(a->kernel, b->kernel) &&
+               streq_ptr(a->language, b->language) && streq_ptr(a->interrupt_mode, b->interrupt_mode);
 }
 
 static bool supervisor_equal(const ReplySupervisor *a, const ReplySupervisor *b) {
@@ -347,6 +355,9 @@ static const ReplyContext FULL_CONTEXT = {
         .output_chunking = "off",
         .started = "cold",
         .start_note = "preload = no",
+        .kernel = "ir",
+        .language = "R",
+        .interrupt_mode = "message",
 };
 
 /* Every member that can be none, none. */
@@ -453,6 +464,32 @@ static void test_round_trips(void) {
         ok(ROUND(exec_result, &res, &e) && json_is_array(e.outputs) && json_array_size(e.outputs) == 0,
            "exec result without outputs: an empty array");
         reply_exec_result_done(&e);
+        res = (ReplyExecResult){ .status = "kernel_aborted", .execution_count = -1, .message = "not run" };
+        ok(ROUND(exec_result, &res, &e) && streq_ptr(e.message, "not run"), "exec result with its message");
+        reply_exec_result_done(&e);
+        {
+                const char *argv[] = { "/usr/bin/R", "--args", "{kernel_file}" }, *dirs[] = { "/a/kernels", "/b" };
+                ReplyKernelspec list[] = {
+                        { .name = "ir",
+                          .display_name = "R",
+                          .language = "R",
+                          .interrupt_mode = "signal",
+                          .path = "/a/kernels/ir/kernel.json",
+                          .argv = argv,
+                          .n_argv = 3 },
+                        { .name = "bare", .interrupt_mode = "message", .path = "/b/bare/kernel.json" },
+                };
+                ReplyKernels ks = { .kernels = list, .n_kernels = 2, .dirs = dirs, .n_dirs = 2 }, back;
+
+                ok(ROUND(kernels, &ks, &back) && back.n_kernels == 2 && back.n_dirs == 2 &&
+                           streq(back.dirs[1], "/b") && streq(back.kernels[0].name, "ir") &&
+                           streq_ptr(back.kernels[0].language, "R") && back.kernels[0].n_argv == 3 &&
+                           streq(back.kernels[0].argv[2], "{kernel_file}") && !back.kernels[1].language &&
+                           !back.kernels[1].display_name && streq(back.kernels[1].interrupt_mode, "message") &&
+                           back.kernels[1].n_argv == 0,
+                   "kernels, one spec full and one bare");
+                reply_kernels_done(&back);
+        }
         ok(ROUND(interrupt, &intr, &i) && i.interrupted, "interrupt");
         reply_interrupt_done(&i);
         {
