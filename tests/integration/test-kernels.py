@@ -4,7 +4,8 @@ idle without unresponsive or a missed heartbeat (all kernels at once), a cell wi
 an interrupt that keeps the namespace, --timeout, check --expect 0 and 8 around a restart.
 
 ./run-tests installs the kernels (ks_install_kernels in tools/deps.sh) into $KS_KERNEL_CACHE and writes
-NAME.status there: a kernel that could not be installed is a skip saying why."""
+NAME.status there: a kernel that could not be installed is a skip saying why. The matrix is heavy: it runs in the
+normal build only, and skips (77, saying so) in the sanitizer build and under make distcheck."""
 
 import concurrent.futures
 import os
@@ -164,6 +165,9 @@ def steps(d, name, k, res):
 
 
 def test(tap):
+    other = harness.not_normal_build()
+    if other:
+        tap.skip_all(f"the kernel matrix runs in the normal build only: {other}")
     present = {}
     for name in KERNELS:
         why = why_missing(name)
