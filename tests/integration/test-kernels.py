@@ -21,6 +21,8 @@ import harness  # noqa: E402
 CACHE = os.environ.get("KS_KERNEL_CACHE") or os.path.join(harness.BUILDDIR, "kernel-cache")
 TSLAB_JUPYTER = os.path.join(CACHE, "npm", "prefix", "share", "jupyter")
 IDLE_SECONDS = int(os.environ.get("KS_KERNELS_IDLE_SECONDS", "65"))  # shorter only while developing the test
+# KS_KERNELS=jslab,tslab runs only those of the matrix (to run one part again and again); the others are skips.
+SELECTED = [n for n in os.environ.get("KS_KERNELS", "").replace(",", " ").split() if n]
 
 # Per kernel: the code of each step in its language.
 KERNELS = {
@@ -168,9 +170,13 @@ def test(tap):
     other = harness.not_normal_build()
     if other:
         tap.skip_all(f"the kernel matrix runs in the normal build only: {other}")
+    unknown = [n for n in SELECTED if n not in KERNELS]
+    if unknown:
+        tap.ok(False, "KS_KERNELS names kernels of the matrix", f"unknown: {unknown}; the matrix has {list(KERNELS)}")
     present = {}
     for name in KERNELS:
-        why = why_missing(name)
+        why = f"not selected: KS_KERNELS={','.join(SELECTED)}" if SELECTED and name not in SELECTED else \
+            why_missing(name)
         if why:
             tap.skip(f"{name}: the matrix", why)
         else:
