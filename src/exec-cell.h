@@ -58,6 +58,9 @@ struct ExecQueue {
                 /* An iopub message came (any parent) since the settle timer started. */
                 bool iopub_moved;
                 bool saw_input; /* its execute_input came */
+                /* The kernel_info_request an interrupt of a kernel that handles shell requests side by side
+                 * waits on before its SIGINT goes ("" when none; see run_interrupt in exec.c). */
+                char barrier_id[37];
         } run;
 
         ExecCell *died; /* was running when the kernel died; answered at the next attach */
@@ -92,6 +95,7 @@ struct ExecQueue {
         uv_timer_t settle;     /* a lone reply or idle, then the probe's idle (EXEC_SETTLE_USEC) */
         uv_timer_t wait_timer; /* the earliest deadline of a queued cell */
         uv_timer_t resend;     /* a cell the kernel aborted unrun goes out again (ABORTED_RESEND_MSEC) */
+        uv_timer_t barrier;    /* an interrupt's wait for the barrier's reply (INTERRUPT_BARRIER_MSEC) */
         unsigned n_open_handles;
 
         bool count_written; /* cells ask for the kernel's count of what they wrote (exec_queue_count_written) */

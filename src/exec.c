@@ -23,6 +23,9 @@
 #define ABORTED_RESEND_MSEC 300
 /* What the slot holds while such a cell waits to be sent again: no message of the kernel's has it as parent. */
 #define RESEND_PENDING "(aborted; to be sent again)"
+/* The longest an interrupt of a kernel that handles shell requests side by side waits for the kernel to answer
+ * the barrier (see run_interrupt): a cell whose code keeps the kernel from answering gets the SIGINT then. */
+#define INTERRUPT_BARRIER_MSEC 1000
 const double exec_duration_bounds[EXEC_DURATION_BUCKETS] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                              2.5,  5,     10,   30,  60,   300 };
 
@@ -138,6 +141,8 @@ static void run_clear(ExecQueue *q) {
         q->run.drop_pending = 0;
         q->run.iopub_moved = false;
         q->run.saw_input = false;
+        q->run.barrier_id[0] = '\0';
+        (void) uv_timer_stop(&q->barrier);
         (void) uv_timer_stop(&q->timer);
         (void) uv_timer_stop(&q->settle);
         (void) uv_timer_stop(&q->resend);
@@ -235,15 +240,49 @@ static void settle_cb(uv_timer_t *t) {
                 run_probe(q);
 }
 
-/* The probe that finds out whether an interrupt drew a reply: at once, behind the request on shell, for a kernel
- * that handles shell requests in order. tslab (which publishes no execute_input) handles them side by side and
- * then sends the interrupted cell's reply under the probe's header: it is asked only once a settle period passed
- * without that reply. */
-static void run_probe_after_interrupt(ExecQueue *q) {
-        if (q->no_execute_input)
-                settle_start(q);
-        else
+/* The barrier was answered (or did not come in time): the SIGINT goes now, and the probe follows once a settle
+ * period passed without the cell's reply (see run_interrupt). */
+static void run_interrupt_now(ExecQueue *q) {
+        q->run.barrier_id[0] = '\0';
+        (void) uv_timer_stop(&q->barrier);
+        if (q->hooks.interrupt)
+                q->hooks.interrupt(q->userdata);
+        settle_start(q);
+}
+
+static void barrier_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+
+        if (run_taken(q) && q->run.barrier_id[0])
+                run_interrupt_now(q);
+}
+
+/* Interrupts our running request. A kernel that handles shell requests in order is signalled at once and then
+ * probed behind the request on shell: the probe's reply says it has left the request (an interrupt that lands
+ * after the code finished draws no execute_reply).
+ *
+ * tslab (seen as a kernel that publishes no execute_input) handles shell requests side by side, so a probe says
+ * nothing there; and a SIGINT that reaches it while a cell's own code still runs or is being wound up (node's
+ * vm runs that code with breakOnSigint, with the kernel's SIGINT handler taken off) does not end the cell: it
+ * is lost, and may even be kept by node and end the next cell's code. Such a kernel first gets a
+ * kernel_info_request, the barrier: it answers none while a cell's code runs, so its reply says the cell waits
+ * (an await), where the kernel's own handler takes the SIGINT and ends it. A cell that keeps the kernel from
+ * answering (code that loops) gets the SIGINT after INTERRUPT_BARRIER_MSEC all the same; one that ends first
+ * gets none. Its reply is waited for a settle period, then the kernel is probed. */
+static void run_interrupt(ExecQueue *q) {
+        if (!q->no_execute_input) {
+                if (q->hooks.interrupt)
+                        q->hooks.interrupt(q->userdata);
                 run_probe(q);
+                return;
+        }
+        if (q->run.barrier_id[0])
+                return; /* one already waits */
+        if (!q->conn || queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), q->run.barrier_id) < 0) {
+                run_interrupt_now(q);
+                return;
+        }
+        (void) uv_timer_start(&q->barrier, barrier_cb, INTERRUPT_BARRIER_MSEC, 0);
 }
 
 static void auto_interrupt(ExecQueue *q) {
@@ -253,10 +292,7 @@ static void auto_interrupt(ExecQueue *q) {
         if (q->run.cell)
                 q->run.cell->interrupted = true;
         q->counters.interrupts++;
-        if (q->hooks.interrupt)
-                q->hooks.interrupt(q->userdata);
-        /* An interrupt that lands after the code finished draws no execute_reply. */
-        run_probe_after_interrupt(q);
+        run_interrupt(q);
 }
 
 /* Our cell was sent, but the kernel has not started it: another client's
@@ -588,6 +624,10 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
         }
         if (run_taken(q))
                 run_mark_drop(q);
+        if (run_taken(q) && q->run.barrier_id[0] && streq(parent, q->run.barrier_id)) {
+                run_interrupt_now(q);
+                return;
+        }
         if (run_taken(q) && q->run.probe_id[0] && streq(parent, q->run.probe_id)) {
                 q->run.probe_replied = true;
                 run_check(q);
@@ -827,8 +867,9 @@ int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, Exec
         (void) uv_timer_init(loop, &q->settle);
         (void) uv_timer_init(loop, &q->wait_timer);
         (void) uv_timer_init(loop, &q->resend);
-        q->timer.data = q->hs_timer.data = q->settle.data = q->wait_timer.data = q->resend.data = q;
-        q->n_open_handles = 5;
+        (void) uv_timer_init(loop, &q->barrier);
+        q->timer.data = q->hs_timer.data = q->settle.data = q->wait_timer.data = q->resend.data = q->barrier.data = q;
+        q->n_open_handles = 6;
         *ret = q;
         return 0;
 }
@@ -871,6 +912,7 @@ void exec_queue_free(ExecQueue *q) {
         uv_close((uv_handle_t *) &q->settle, queue_handle_closed);
         uv_close((uv_handle_t *) &q->wait_timer, queue_handle_closed);
         uv_close((uv_handle_t *) &q->resend, queue_handle_closed);
+        uv_close((uv_handle_t *) &q->barrier, queue_handle_closed);
 }
 
 int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,
@@ -948,14 +990,15 @@ bool exec_queue_interrupt(ExecQueue *q) {
         if (!other && !run_taken(q))
                 return false;
         q->counters.interrupts++;
-        if (!other && q->run.cell)
+        /* Another client's cell ahead of ours draws its own reply. */
+        if (other) {
+                if (q->hooks.interrupt)
+                        q->hooks.interrupt(q->userdata);
+                return true;
+        }
+        if (q->run.cell)
                 q->run.cell->interrupted = true;
-        if (q->hooks.interrupt)
-                q->hooks.interrupt(q->userdata);
-        /* Ours, landing after its code finished, draws no execute_reply: ask.
-         * Another client's cell ahead of ours draws its own reply. */
-        if (!other)
-                run_probe_after_interrupt(q);
+        run_interrupt(q);
         return true;
 }
 

@@ -125,7 +125,11 @@ typedef struct ExecHooks {
         /* Interrupt the running cell: the context signals the kernel's
          * process group with SIGINT. Called for the queue's own cell only
          * once the kernel has started it, or for whatever cell runs on
-         * exec_queue_interrupt. */
+         * exec_queue_interrupt. For a kernel that handles shell requests side by
+         * side (tslab, seen as publishing no execute_input), our cell's interrupt
+         * waits for the kernel's reply to a kernel_info_request (or a second): it
+         * is called then from exec_queue_on_reply or a timer, and not at all when
+         * the cell ended first (see run_interrupt in exec.c). */
         void (*interrupt)(void *userdata);
         /* The kernel became busy with a cell (true: ours or another
          * client's, see exec_queue_busy) or left it (false): the context

@@ -213,6 +213,24 @@ def main(fn, needs_jupyter=True):
 _slot = None
 
 
+def not_normal_build():
+    """Why this is not the normal build (the sanitizer build, or make distcheck's), or None. A heavy test that
+    runs in the normal build only skips with this reason."""
+    try:
+        with open(os.path.join(BUILDDIR, "Makefile")) as f:
+            san = re.search(r"^SAN_CFLAGS *= *(\S.*)?$", f.read(), re.M)
+    except OSError as e:
+        raise HarnessError(f"cannot read {BUILDDIR}/Makefile: {e}") from e
+    if san is None:
+        raise HarnessError(f"{BUILDDIR}/Makefile has no SAN_CFLAGS line")
+    if san.group(1):
+        return f"this build has the sanitizers (SAN_CFLAGS = {san.group(1)})"
+    # automake's distcheck configures in DISTDIR/_build/sub.
+    if os.path.relpath(BUILDDIR, SRCDIR) == os.path.join("_build", "sub"):
+        return "this is make distcheck's build"
+    return None
+
+
 def port_slot():
     """This process's slot of 200 ports in 20000-29999: getpid() % 50, or the next one
     free when another test process holds it (two pids can share a remainder). A slot

@@ -410,10 +410,104 @@ static void test_count(void) {
         json_decref(d.streamed);
 }
 
+/* A kernel that handles shell requests side by side and publishes no execute_input (tslab): an interrupt of our
+ * cell sends a kernel_info_request first and signals only once the kernel answered it (node loses a SIGINT that
+ * reaches it while a cell's own code runs), or after a second without an answer (code that loops); a cell that
+ * ends first is not signalled at all. */
+static void test_side_by_side(void) {
+        ExecQueue *q = NULL;
+        Done d = { 0 };
+        char id[37], hs[37], barrier[37];
+        unsigned since, interrupts;
+        uint64_t t0;
+
+        ok(uv_loop_init(&w.loop) == 0, "side by side: loop");
+        uv_timer_init(&w.loop, &w.safety);
+        w.pid = 0;
+        is_int(exec_queue_new(&w.loop, &fake_hooks, &w, &q), 0, "side by side: queue with a send hook");
+        since = n_sent;
+        exec_queue_attach(q, (KernelConn *) &fake_token, "kt");
+        memcpy(hs, sent_since(since, "kernel_info_request") ?: "", 37);
+        feed_status(q, hs, "busy");
+        feed_status(q, hs, "idle");
+
+        /* A cell that runs to its reply without an execute_input: the queue learns this kernel publishes none. */
+        if (!ok(submit_started(q, "first", &default_opt, &d, id), "side by side: a first cell started"))
+                goto out;
+        feed_status(q, id, "busy");
+        feed_stream(q, id, "x\n");
+        feed_reply(q, id, "ok");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "side by side: it ends EXEC_OK without an execute_input");
+
+        /* An interrupt waits for the kernel's answer to the barrier. */
+        if (!ok(submit_started(q, "await", &default_opt, &d, id), "barrier: a cell started"))
+                goto out;
+        feed_status(q, id, "busy");
+        feed_stream(q, id, "started\n");
+        since = n_sent;
+        interrupts = w.interrupts;
+        ok(exec_queue_interrupt(q), "barrier: interrupt says there was a cell");
+        is_int(w.interrupts, interrupts, "barrier: no SIGINT before the kernel answered");
+        memcpy(barrier, sent_since(since, "kernel_info_request") ?: "", 37);
+        ok(barrier[0], "barrier: a kernel_info_request goes out instead");
+        run_for(100);
+        is_int(w.interrupts, interrupts, "barrier: still none while it is not answered");
+        feed_status(q, barrier, "busy");
+        feed_info(q, barrier);
+        is_int(w.interrupts, interrupts + 1, "barrier: the SIGINT goes with its reply, once");
+        feed_status(q, barrier, "idle");
+        feed_stream(q, id, "Error: Interrupted asynchronously\n");
+        feed_reply(q, id, "error");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_ERROR, "barrier: the cell ends with its error (%s)",
+           d.done ? exec_status_to_string(d.status) : "not done");
+        ok(!strstr(stext(d.outputs, "stderr"), NO_REPLY), "barrier: with its reply, no marker");
+        is_int(w.interrupts, interrupts + 1, "barrier: one SIGINT in all");
+
+        /* Code that keeps the kernel from answering gets the SIGINT after a second all the same. */
+        if (!ok(submit_started(q, "loop", &default_opt, &d, id), "loop: a cell started"))
+                goto out;
+        feed_status(q, id, "busy");
+        interrupts = w.interrupts;
+        t0 = uv_now(&w.loop);
+        ok(exec_queue_interrupt(q), "loop: interrupted");
+        ok(RUN_UNTIL(w.interrupts > interrupts), "loop: the SIGINT goes without the barrier's reply");
+        ok(uv_now(&w.loop) - t0 >= 900, "loop: after about a second (%llu ms)",
+           (unsigned long long) (uv_now(&w.loop) - t0));
+        feed_reply(q, id, "error");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_ERROR, "loop: the cell ends with its error");
+
+        /* A cell that ends before the barrier is answered gets no SIGINT, then or later. */
+        if (!ok(submit_started(q, "quick", &default_opt, &d, id), "ended first: a cell started"))
+                goto out;
+        feed_status(q, id, "busy");
+        since = n_sent;
+        interrupts = w.interrupts;
+        ok(exec_queue_interrupt(q), "ended first: interrupted");
+        memcpy(barrier, sent_since(since, "kernel_info_request") ?: "", 37);
+        feed_reply(q, id, "ok");
+        feed_status(q, id, "idle");
+        ok(d.done && d.status == EXEC_OK, "ended first: EXEC_OK");
+        feed_info(q, barrier);
+        run_for(1200);
+        is_int(w.interrupts, interrupts, "ended first: no SIGINT after the cell ended");
+
+out:
+        exec_queue_free(q);
+        uv_close((uv_handle_t *) &w.safety, NULL);
+        uv_run(&w.loop, UV_RUN_DEFAULT);
+        is_int(uv_loop_close(&w.loop), 0, "side by side: uv_loop_close");
+        done_reset(&d);
+        json_decref(d.streamed);
+}
+
 int main(void) {
         test_no_kernel();
         test_states();
         test_count();
+        test_side_by_side();
         (void) stext(NULL, NULL);
         return tap_done();
 }
