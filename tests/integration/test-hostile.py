@@ -406,7 +406,7 @@ def trial_probe(tap, d):
     """As uid A, another uid's context (own-b) and a missing one (nosuch) look the same."""
     drop = user_drop(USERS[0])
     for args in (("status",), ("check", "--timeout", "1"), ("wait", "--timeout", "1"), ("exec", "--timeout", "1"),
-                 ("interrupt",), ("start",), ("stop",), ("restart",)):
+                 ("interrupt",), ("start",), ("stop",), ("restart",), ("history",)):
         cmd, rest = args[0], args[1:]
         extra = ("1",) if cmd == "exec" else ()
         theirs = d.ctl(cmd, *rest, "own-b", *extra, prefix=drop)
