@@ -210,6 +210,7 @@ static void context_timer_close_cb(uv_handle_t *h) {
         free(c->save_error);
         context_journal_close(c);
         replay_done(&c->replay);
+        free(c->replay_sent);
         free(c->replay_note);
         free(c->name);
         free(c);

@@ -122,7 +122,12 @@ struct Context {
         bool replay_owed;       /* the kernel launched replaces one lost without being asked */
         bool iopub_dropped;     /* iopub was dropped: when the kernel is heard from again, messages were lost */
         char replay_msg_id[37]; /* the replayed cell's execute_request while its reply is awaited, else "" */
-        char *replay_note;      /* replay_describe(), for status */
+        /* Every execute_request the last replay sent: iopub and shell are separate sockets, so a replayed cell's
+         * execute_input may be read after its reply, when replay_msg_id names the next cell; it must not be
+         * journaled again. Kept until the next replay begins or the context is freed. */
+        char (*replay_sent)[37];
+        size_t n_replay_sent;
+        char *replay_note; /* replay_describe(), for status */
 };
 
 /* A journal event about c's kernel (log.h): its context, kernel_id, incarnation and pid. */

@@ -170,6 +170,14 @@ static void journal_check_dropped(Context *c) {
         journal_set_incomplete(c->journal);
 }
 
+/* Whether msg_id is an execute_request the last replay sent. */
+static bool replay_sent_has(const Context *c, const char *msg_id) {
+        for (size_t i = 0; i < c->n_replay_sent; i++)
+                if (streq(c->replay_sent[i], msg_id))
+                        return true;
+        return false;
+}
+
 void context_journal_on_iopub(Context *c, const JupyterMsg *msg) {
         const char *type = jupyter_msg_type(msg), *parent = jupyter_msg_parent_id(msg);
         PendingCell *p;
@@ -177,8 +185,8 @@ void context_journal_on_iopub(Context *c, const JupyterMsg *msg) {
         journal_check_dropped(c);
         if (!c->journal || !parent[0])
                 return;
-        /* The replayed cells are in the journal already. */
-        if (c->replay_msg_id[0] && streq(parent, c->replay_msg_id))
+        /* The replayed cells are in the journal already, also one whose execute_input comes after its reply. */
+        if (streq(type, "execute_input") && replay_sent_has(c, parent))
                 return;
         if (streq(type, "execute_input")) {
                 pending_add(c, msg);
@@ -236,6 +244,17 @@ static bool replay_send(Context *c) {
         r = r < 0     ? r
             : content ? kernel_conn_send(c->conn, CHANNEL_SHELL, "execute_request", content, c->replay_msg_id)
                       : -ENOMEM;
+        if (r >= 0) {
+                /* One a journaled cell: bounded by the journal. Where it cannot be kept, the cell may be journaled
+                 * twice, so the journal no longer promises a rebuild. */
+                char(*sent)[37] = reallocarray(c->replay_sent, c->n_replay_sent + 1, sizeof *sent);
+
+                if (sent) {
+                        c->replay_sent = sent;
+                        memcpy(sent[c->n_replay_sent++], c->replay_msg_id, sizeof *sent);
+                } else
+                        journal_set_incomplete(c->journal);
+        }
         if (r < 0) {
                 c->replay_msg_id[0] = '\0';
                 snprintf(why, sizeof why, "cannot send journal cell %zu: %s", at + 1, strerror(-r));
@@ -294,6 +313,7 @@ bool context_replay_begin(Context *c) {
         if (!c->replay_owed || !c->journal)
                 return false;
         c->replay_owed = false;
+        c->n_replay_sent = 0;
         outcomes = calloc(n ? n : 1, sizeof *outcomes);
         for (size_t i = 0; outcomes && i < n; i++) {
                 _cleanup_(journal_entry_done) JournalEntry e = {};

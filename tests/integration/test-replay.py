@@ -373,6 +373,29 @@ def test_full_disk(tap):
     d.stop()
 
 
+def test_late_input(tap):
+    """iopub and shell are separate sockets: a replayed cell's execute_input can be read after its reply (here it
+    waits behind the flood the cell before it printed again), and is no new cell of the journal."""
+    d = harness.Daemon(tap, contexts=CTX)
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    flood = "import sys\nfor i in range(32): sys.stdout.write('x' * (1 << 20))"
+    cells = [flood] + [f"n{i} = {i}" for i in range(5)]
+    tap.ok(all(exec_(d, code)[0] == 0 for code in cells), "a flood of 32 MiB, then five small cells")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 6, "six cells journaled")
+    kill_kernel(d, c0, "kill -9 after the flood")
+    d.wait_context("r", lambda c: (c.get("replay") or {}).get("phase") == "done", "the replay done", timeout=120)
+    # A cell's reply comes after all iopub sent before it, so the replayed cells' messages are all read by then.
+    tap.eq(exec_(d, "n0 + n4"), (0, "4\n[ok #7]\n"), "the five small cells are back")
+    j = (d.context("r").get("journal") or {})
+    tap.eq(j.get("cells"), 7, "the journal holds the six cells and the new one: no replayed cell journaled again",
+           repr(j))
+    r = d.ctl("history", "r")
+    tap.ok(r.returncode == 0 and r.stdout.startswith("r: 7 cells journaled"), "history says 7 cells",
+           r.stdout[:200])
+    d.stop()
+
+
 def test(tap):
     with tap.guard("kill -9 and a crash of the daemon"):
         test_kill_and_crash(tap)
@@ -388,6 +411,8 @@ def test(tap):
         test_history_pages(tap)
     with tap.guard("a full disk"):
         test_full_disk(tap)
+    with tap.guard("a replayed cell's execute_input after its reply"):
+        test_late_input(tap)
 
 
 if __name__ == "__main__":
