@@ -8,22 +8,6 @@
 
 #define FUZZ_MAX (64 * 1024)
 
-static int state_dir_open(void) {
-        static int fd = -1;
-        const char *dir = fuzz_path(0, "state");
-
-        if (fd >= 0)
-                return fd;
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                fuzz_die(dir);
-        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                fuzz_die(dir);
-        if (mkdirat(fd, JOURNAL_DIR, 0700) < 0 && errno != EEXIST)
-                fuzz_die(JOURNAL_DIR);
-        return fd;
-}
-
 static void read_all(Journal *j) {
         for (size_t i = 0; i < j->n; i++) {
                 JournalEntry e = {};
@@ -36,7 +20,7 @@ static void read_all(Journal *j) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        int dirfd = state_dir_open();
+        int dirfd = fuzz_state_dir(JOURNAL_DIR);
         JournalEntry cell = { .outcome = CELL_OK, .client = (char *) "fuzz", .code = (char *) "x = 1", .code_len = 5 };
         Journal *j = NULL;
         size_t n;

@@ -11,22 +11,6 @@
 #include "fuzz-util.h"
 #include "state.h"
 
-static int state_dir_open(void) {
-        static int fd = -1;
-        const char *dir = fuzz_path(0, "state");
-
-        if (fd >= 0)
-                return fd;
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                fuzz_die(dir);
-        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                fuzz_die(dir);
-        if (mkdirat(fd, "contexts", 0700) < 0 && errno != EEXIST)
-                fuzz_die("contexts");
-        return fd;
-}
-
 static void check_context(int dirfd, const uint8_t *data, size_t size) {
         char path[4300];
         ContextState s = {}, back = {};
@@ -60,7 +44,7 @@ static void check_supervisor(int dirfd, const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        int dirfd = state_dir_open();
+        int dirfd = fuzz_state_dir("contexts");
 
         if (size < 1)
                 return 0;

@@ -57,6 +57,23 @@ static const char *fuzz_path(unsigned slot, const char *name) {
         return buf[slot];
 }
 
+/* A state directory of the scratch one, with its subdirectory sub, made once; its descriptor, kept open. */
+static int fuzz_state_dir(const char *sub) {
+        static int fd = -1;
+        const char *dir = fuzz_path(0, "state");
+
+        if (fd >= 0)
+                return fd;
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                fuzz_die(dir);
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                fuzz_die(dir);
+        if (mkdirat(fd, sub, 0700) < 0 && errno != EEXIST)
+                fuzz_die(sub);
+        return fd;
+}
+
 static void fuzz_write(const char *path, const void *data, size_t size) {
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 
