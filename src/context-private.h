@@ -51,7 +51,24 @@ typedef enum ChunkingState {
 typedef struct PendingCell {
         char *msg_id; /* the execute_request's (a client's: any length), owned; NULL for a free slot */
         JournalEntry entry;
+        bool drop; /* its reply said it called exit(): it ends unjournaled */
+        bool held; /* it started during a replay: held (OutsideCell) at its end, to go in at its place */
+        size_t at; /* then: the replayed cells whose execute_input came before its own */
 } PendingCell;
+
+/* Another client's cell that ran during a replay: it goes into the journal at the place it ran once the replay
+ * ends (journal_rewrite_insert), before the journal's cell at. At most OUTSIDE_MAX; past that the journal is
+ * incomplete. */
+#define OUTSIDE_MAX 64
+typedef struct OutsideCell {
+        JournalEntry entry;
+        size_t at;
+} OutsideCell;
+
+/* A replay whose kernel dies during it, or within REPLAY_SURVIVE_USEC after it ended before any cell ran to its
+ * end ("right after"), counts toward REPLAY_DEATHS_MAX in a row; then the next kernel starts empty, with a note. */
+#define REPLAY_SURVIVE_USEC (10 * USEC_PER_SEC)
+#define REPLAY_DEATHS_MAX 2
 
 /* status's transport_note for a kernel on tcp. */
 #define TCP_NOTE "any local user can connect to its ports and subscribe to its output"
@@ -80,7 +97,10 @@ struct Context {
         bool got_info, got_iopub; /* while starting: a kernel_info_reply, and any iopub message */
         ChunkingState chunking;   /* of this kernel; reset at each launch and adoption */
         char chunking_id[37];     /* msg_id of the chunking request while its reply is awaited, else "" */
-        bool sigint_fixed;        /* this kernel was sent quirks_sigint_code() (quirks.h) */
+        bool quirks_sent;         /* this kernel was sent what quirks.h says it needs */
+        /* The daemon's own silent requests to this kernel (SIGINT, keepkernel_on_exit, output chunking), so that
+         * the journal tells them from another client's silent cells; "" when none. */
+        char silent_ids[3][37];
         usec_t chunking_sent;     /* CLOCK_MONOTONIC */
         Limits limits;            /* where the kernel's limits come from, its OOM counter */
         SpawnPending release;     /* the forked kernel waiting for its scope before exec; gofd -1 when none */
@@ -127,7 +147,14 @@ struct Context {
          * journaled again. Kept until the next replay begins or the context is freed. */
         char (*replay_sent)[37];
         size_t n_replay_sent;
-        char *replay_note; /* replay_describe(), for status */
+        char *replay_note;    /* replay_describe(), for status */
+        size_t replay_inputs; /* the replayed cells' execute_input seen: where another client's cell ran */
+        OutsideCell *outside; /* another client's cells that ended during the replay, in the order they ran */
+        size_t n_outside;
+        char *last_journaled;   /* the msg_id of the last cell appended, NULL when none */
+        usec_t replay_ended;    /* CLOCK_MONOTONIC when the last replay ended, 0 once a cell ran to its end after it */
+        unsigned replay_deaths; /* replays in a row whose kernel died during or right after them */
+        bool exit_cell;         /* stopping because a cell's exit() ends the kernel (quirks.h) */
 };
 
 /* A journal event about c's kernel (log.h): its context, kernel_id, incarnation and pid. */
@@ -183,6 +210,12 @@ bool context_replay_begin(Context *c);
 bool context_replay_on_reply(Context *c, const JupyterMsg *msg);
 /* The kernel ended while restoring: the cell it ran goes from the journal. */
 void context_replay_lost(Context *c, const char *why);
+/* The kernel exited (was: the state it was in): counts a replay it did not survive (REPLAY_DEATHS_MAX). */
+void context_replay_exited(Context *c, ContextStateKind was);
+/* A reply of ours said its cell (msg_id) called exit(): it is not journaled, or taken out again. */
+void context_journal_drop(Context *c, const char *msg_id);
+/* The kernel connection could not read an iopub message (its header or signature): the journal is incomplete. */
+void context_journal_on_unreadable(Context *c);
 /* The kernel is being stopped while restoring (the daemon exits): the replay ends, the journal stays as it is. */
 void context_replay_abandon(Context *c);
 /* The journal and replay members of status. */

@@ -21,12 +21,31 @@ static void journal_warn(Context *c, int r, const char *what) {
                     c->name, what, strerror(-r));
 }
 
+static void outside_clear(Context *c) {
+        for (size_t i = 0; i < c->n_outside; i++)
+                journal_entry_done(&c->outside[i].entry);
+        free(c->outside);
+        c->outside = NULL;
+        c->n_outside = 0;
+}
+
 static void pending_clear(Context *c) {
         for (size_t i = 0; i < JOURNAL_PENDING_MAX; i++) {
                 journal_entry_done(&c->pending[i].entry);
                 free(c->pending[i].msg_id);
                 c->pending[i].msg_id = NULL;
         }
+        outside_clear(c);
+        free(c->last_journaled);
+        c->last_journaled = NULL;
+}
+
+/* The journal can no longer promise a rebuild: what was lost, said once. */
+static void journal_lost(Context *c, const char *what) {
+        if (!c->journal || c->journal->incomplete)
+                return;
+        log_warning("%s: %s: the cell journal is incomplete until the next explicit restart", c->name, what);
+        journal_set_incomplete(c->journal);
 }
 
 static void replay_note_update(Context *c) {
@@ -88,6 +107,8 @@ void context_journal_forget(Context *c, const char *why) {
 
         pending_clear(c);
         c->replay_owed = false;
+        c->replay_deaths = 0;
+        c->replay_ended = 0;
         replay_done(&c->replay);
         replay_note_update(c);
         if (!c->journal)
@@ -100,6 +121,12 @@ void context_journal_forget(Context *c, const char *why) {
 }
 
 /* ---- Journaling from iopub ---- */
+
+/* Whether a cell that ends now waits for the replay to go in at its place: the kernel is restoring, or owes a
+ * replay it has not begun (such a cell ran before every replayed one). */
+static bool journal_holding(const Context *c) {
+        return c->state == CONTEXT_RESTORING || (c->replay_owed && c->state == CONTEXT_STARTING);
+}
 
 static PendingCell *pending_find(Context *c, const char *msg_id) {
         for (size_t i = 0; i < JOURNAL_PENDING_MAX; i++)
@@ -132,6 +159,9 @@ static void pending_add(Context *c, const JupyterMsg *msg) {
                 .code_len = json_string_length(code),
         };
         p->msg_id = strdup(jupyter_msg_parent_id(msg));
+        p->drop = false;
+        p->held = journal_holding(c);
+        p->at = c->replay_owed ? 0 : c->replay_inputs;
         if (!p->entry.client || !p->entry.code || !p->msg_id) {
                 journal_entry_done(&p->entry);
                 free(p->msg_id);
@@ -143,10 +173,33 @@ static void pending_add(Context *c, const JupyterMsg *msg) {
         memcpy(p->entry.code, json_string_value(code), p->entry.code_len + 1);
 }
 
+/* Another client's cell that ended during the replay waits for the replay's end to go in at its place. */
+static void outside_hold(Context *c, PendingCell *p) {
+        OutsideCell *o = c->n_outside < OUTSIDE_MAX ? reallocarray(c->outside, c->n_outside + 1, sizeof *o) : NULL;
+
+        if (!o) {
+                journal_entry_done(&p->entry);
+                return journal_lost(c, "too many cells of other clients ran during the replay");
+        }
+        c->outside = o;
+        o[c->n_outside++] = (OutsideCell){ .entry = p->entry, .at = p->at };
+        p->entry = (JournalEntry){};
+}
+
 /* The cell ended (its idle): journaled with its outcome. */
 static void pending_end(Context *c, PendingCell *p) {
-        int r = journal_append(c->journal, &p->entry);
+        bool hold = p->held && journal_holding(c);
+        int r = 0;
 
+        /* A cell that ran to its end after the replay: the kernel survived it. */
+        if (!journal_holding(c)) {
+                c->replay_ended = 0;
+                c->replay_deaths = 0;
+        }
+        if (hold && !p->drop)
+                outside_hold(c, p);
+        else if (!p->drop)
+                r = journal_append(c->journal, &p->entry);
         if (r == -EFBIG)
                 log_warning(
                         "%s: the cell journal reached journal_max (%zu bytes): replay is incomplete until the next "
@@ -155,19 +208,34 @@ static void pending_end(Context *c, PendingCell *p) {
         else if (r < 0 && r != -ESTALE)
                 journal_warn(c, r, "cannot be written");
         journal_entry_done(&p->entry);
+        free(c->last_journaled);
+        c->last_journaled = !p->drop && !hold && r >= 0 ? TAKE_PTR(p->msg_id) : NULL;
         free(p->msg_id);
         p->msg_id = NULL;
+}
+
+void context_journal_drop(Context *c, const char *msg_id) {
+        PendingCell *p = pending_find(c, msg_id);
+        int r;
+
+        if (p) {
+                p->drop = true;
+                return;
+        }
+        if (!c->journal || !c->last_journaled || !streq(c->last_journaled, msg_id) || c->journal->n == 0)
+                return;
+        r = journal_rewrite_insert(c->journal, c->journal->n - 1, NULL, NULL, 0);
+        if (r < 0)
+                journal_warn(c, r, "cannot take out a cell that called exit()");
+        free(c->last_journaled);
+        c->last_journaled = NULL;
 }
 
 static void journal_check_dropped(Context *c) {
         if (!c->iopub_dropped)
                 return;
         c->iopub_dropped = false;
-        if (!c->journal || c->journal->incomplete)
-                return;
-        log_warning("%s: iopub messages were lost: the cell journal is incomplete until the next explicit restart",
-                    c->name);
-        journal_set_incomplete(c->journal);
+        journal_lost(c, "iopub messages were lost");
 }
 
 /* Whether msg_id is an execute_request the last replay sent. */
@@ -178,33 +246,63 @@ static bool replay_sent_has(const Context *c, const char *msg_id) {
         return false;
 }
 
+/* Whether msg_id is a request of the daemon's: a replayed cell, a silent request of its own, a cell of exec's. */
+static bool request_is_own(const Context *c, const char *msg_id) {
+        for (size_t i = 0; i < ELEMENTSOF(c->silent_ids); i++)
+                if (streq(c->silent_ids[i], msg_id))
+                        return true;
+        return replay_sent_has(c, msg_id) || exec_queue_owns(c->exec, msg_id);
+}
+
+/* The idle of an execute_request no execute_input announced: a silent cell of another client (or one the kernel
+ * aborted unrun, or one whose execute_input was lost). It ran, or may have, and the journal does not have it. */
+static void journal_on_unseen(Context *c, const JupyterMsg *msg) {
+        const char *parent = jupyter_msg_parent_id(msg);
+
+        if (!streq_ptr(json_string_value(json_object_get(msg->parent_header, "msg_type")), "execute_request") ||
+            request_is_own(c, parent))
+                return;
+        journal_lost(c, "a cell ran that announced no execute_input (a silent execute_request of another client)");
+}
+
 void context_journal_on_iopub(Context *c, const JupyterMsg *msg) {
         const char *type = jupyter_msg_type(msg), *parent = jupyter_msg_parent_id(msg);
         PendingCell *p;
+        bool idle;
 
         journal_check_dropped(c);
         if (!c->journal || !parent[0])
                 return;
-        /* The replayed cells are in the journal already, also one whose execute_input comes after its reply. */
-        if (streq(type, "execute_input") && replay_sent_has(c, parent))
+        /* The replayed cells are in the journal already, also one whose execute_input comes after its reply; iopub
+         * keeps the kernel's order, so their count places another client's cells among them. */
+        if (streq(type, "execute_input") && replay_sent_has(c, parent)) {
+                c->replay_inputs++;
                 return;
+        }
         if (streq(type, "execute_input")) {
                 pending_add(c, msg);
                 return;
         }
+        idle = streq(type, "status") &&
+               streq_ptr(json_string_value(json_object_get(msg->content, "execution_state")), "idle");
         p = pending_find(c, parent);
+        if (!p && idle)
+                journal_on_unseen(c, msg);
         if (!p)
                 return;
         if (streq(type, "error"))
                 p->entry.outcome = CELL_ERROR;
-        else if (streq(type, "status") &&
-                 streq_ptr(json_string_value(json_object_get(msg->content, "execution_state")), "idle"))
+        else if (idle)
                 pending_end(c, p);
 }
 
 /* A kernel that dies drops every connection too: only one heard from again lost messages. */
 void context_journal_on_dropped(Context *c) {
         c->iopub_dropped = true;
+}
+
+void context_journal_on_unreadable(Context *c) {
+        journal_lost(c, "an iopub message could not be read (its header, or its signature)");
 }
 
 /* ---- Replay ---- */
@@ -265,18 +363,42 @@ static bool replay_send(Context *c) {
         return true;
 }
 
+/* Rewrites the journal once the replay ended: its first kept cells under the new kernel's name (all of them, and
+ * the kernels it named, when done), with the cells other clients ran during it put in where they ran. */
+static int replay_rewrite(Context *c, size_t kept) {
+        _cleanup_free_ JournalEntry *extra = calloc(c->n_outside ? c->n_outside : 1, sizeof *extra);
+        _cleanup_free_ size_t *at = calloc(c->n_outside ? c->n_outside : 1, sizeof *at);
+        const Replay *rp = &c->replay;
+        int r;
+
+        if (!extra || !at)
+                return -ENOMEM;
+        /* The replayed cells (the journal's that succeeded) whose execute_input came first: at[i] of them. */
+        for (size_t i = 0; i < c->n_outside; i++) {
+                extra[i] = c->outside[i].entry;
+                at[i] = c->outside[i].at < rp->n_cells ? rp->cells[c->outside[i].at] : rp->n_journaled;
+        }
+        if (rp->phase == REPLAY_DONE)
+                r = c->n_outside ? journal_rewrite_insert(c->journal, c->journal->n, extra, at, c->n_outside) : 0;
+        else
+                r = journal_rewrite(c->journal, kept, c->st.kernel_id);
+        if (r >= 0 && rp->phase != REPLAY_DONE && c->n_outside)
+                r = journal_rewrite_insert(c->journal, kept, extra, at, c->n_outside);
+        if (r >= 0 && rp->phase == REPLAY_DONE)
+                r = journal_add_kernel(c->journal, c->st.kernel_id);
+        outside_clear(c);
+        c->replay_ended = now_usec(CLOCK_MONOTONIC);
+        return r;
+}
+
 /* The replay ended (done, failed, timed out): the journal keeps what the new namespace holds, under the new
  * kernel's name when all of it was rebuilt, and the context turns ready. */
 static void replay_finish(Context *c) {
-        size_t kept = replay_kept(&c->replay);
         int r;
 
         c->replay_msg_id[0] = '\0';
         replay_note_update(c);
-        if (c->replay.phase == REPLAY_DONE)
-                r = journal_add_kernel(c->journal, c->st.kernel_id);
-        else
-                r = journal_rewrite(c->journal, kept, c->st.kernel_id);
+        r = replay_rewrite(c, replay_kept(&c->replay));
         if (r < 0 && r != -ESTALE)
                 journal_warn(c, r, "cannot be updated after the replay");
         if (c->replay.phase == REPLAY_DONE)
@@ -314,6 +436,7 @@ bool context_replay_begin(Context *c) {
                 return false;
         c->replay_owed = false;
         c->n_replay_sent = 0;
+        c->replay_inputs = 0;
         outcomes = calloc(n ? n : 1, sizeof *outcomes);
         for (size_t i = 0; outcomes && i < n; i++) {
                 _cleanup_(journal_entry_done) JournalEntry e = {};
@@ -324,6 +447,17 @@ bool context_replay_begin(Context *c) {
         if (r < 0) {
                 journal_warn(c, r, "cannot be replayed");
                 return false;
+        }
+        if (c->replay.phase == REPLAY_RUNNING && c->replay_deaths >= REPLAY_DEATHS_MAX) {
+                /* A replay loop (a cell that ends its kernel a moment after it ran): it ends here. */
+                char why[200];
+
+                snprintf(why, sizeof why,
+                         "the kernels of the last %u replays died during or right after them, so this one starts "
+                         "empty",
+                         c->replay_deaths);
+                replay_stop(&c->replay, REPLAY_SKIPPED, why);
+                c->replay_deaths = 0;
         }
         replay_note_update(c);
         if (c->replay.phase != REPLAY_RUNNING) {
@@ -376,10 +510,20 @@ void context_replay_lost(Context *c, const char *why) {
         /* The cell it died in goes, so that a cell that kills its kernel cannot make every next one die too; the
          * next kernel replays those before it (the journal still names a kernel, this one). */
         kept = replay_kept(&c->replay);
-        r = journal_rewrite(c->journal, kept, c->st.kernel_id);
+        r = replay_rewrite(c, kept);
         if (r < 0)
                 journal_warn(c, r, "cannot be updated after the replay");
         log_warning("%s: %s", c->name, c->replay_note ?: "the replay lost its kernel");
+}
+
+void context_replay_exited(Context *c, ContextStateKind was) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        if (was == CONTEXT_RESTORING || (c->replay_ended && now - c->replay_ended < REPLAY_SURVIVE_USEC))
+                c->replay_deaths++;
+        else
+                c->replay_deaths = 0;
+        c->replay_ended = 0;
 }
 
 void context_replay_abandon(Context *c) {
@@ -406,9 +550,9 @@ void context_replay_reply(const Context *c, ReplyContext *ret) {
                         .bytes = c->journal ? (long long) c->journal->size : 0,
                         .complete = c->journal && !c->journal->incomplete,
                         .note = !c->journal              ? c->journal_error
-                                : c->journal->incomplete ? "a cell was not journaled (journal_max reached, or a write "
-                                                           "failed): a lost kernel is not rebuilt until the next "
-                                                           "explicit restart"
+                                : c->journal->incomplete ? "a cell was not journaled (journal_max reached, a write "
+                                                           "failed, a silent cell or lost messages): a lost kernel is "
+                                                           "not rebuilt until the next explicit restart"
                                                          : NULL,
                 };
         if (r->phase == REPLAY_NONE || !c->replay_note)

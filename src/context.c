@@ -35,6 +35,11 @@ const char *context_last_error(const Context *c) {
         return c->save_error ?: c->st.last_error;
 }
 
+bool context_comes_back(const Context *c) {
+        return c->state == CONTEXT_STOPPING && c->client_shutdown && c->want_running &&
+               c->cfg->restart == RESTART_ALWAYS;
+}
+
 uid_t context_uid(const Context *c) {
         SpawnUser u;
         _cleanup_free_ char *err = NULL;
@@ -116,14 +121,15 @@ int context_save_retry(Context *c) {
 static void stop_timer_cb(uv_timer_t *t);
 static uint64_t stop_phase_msec(const Context *c);
 
-static void context_shutdown_acked(Context *c);
-
 void context_readiness_reset(Context *c) {
         c->got_info = c->got_iopub = false;
         c->chunking = CHUNKING_UNASKED;
         c->chunking_id[0] = '\0';
-        c->sigint_fixed = false;
+        c->quirks_sent = false;
+        c->silent_ids[0][0] = c->silent_ids[1][0] = c->silent_ids[2][0] = '\0';
 }
+
+static void context_shutdown_acked(Context *c);
 
 /* ---- Output chunking (chunking.h) ---- */
 
@@ -148,6 +154,7 @@ static void chunking_start(Context *c) {
         }
         c->chunking = CHUNKING_PENDING;
         c->chunking_sent = now_usec(CLOCK_MONOTONIC);
+        memcpy(c->silent_ids[2], c->chunking_id, sizeof c->silent_ids[2]);
 }
 
 /* The reply to the request, however late: a kernel that turned ready without it may still be patched. */
@@ -213,24 +220,34 @@ static void chunking_decide(Context *c, const JupyterMsg *msg) {
                 chunking_off(c, "output_chunking = no");
 }
 
-/* A kernel whose own SIGINT handler would end it (quirks.h) gets Python's back, once, before any cell. */
-static void sigint_fix(Context *c, const JupyterMsg *msg) {
-        const char *code = quirks_sigint_code(msg->content);
-        json_t *content;
-        int r;
+/* Sends one silent request of quirks.h before any cell; its id is kept in c->silent_ids[slot], so that the journal
+ * knows it for the daemon's own. */
+static void quirk_send(Context *c, const char *code, size_t slot, const char *what, const char *done) {
+        json_t *content = quirks_silent_request(code);
+        int r = content ? kernel_conn_send(c->conn, CHANNEL_SHELL, "execute_request", content, c->silent_ids[slot])
+                        : -ENOMEM;
 
-        if (!code || c->sigint_fixed || !c->conn)
+        if (r < 0) {
+                c->silent_ids[slot][0] = '\0';
+                log_warning("%s: kernel %s: cannot ask it to %s (%s)", c->name, c->st.kernel_id, what, strerror(-r));
+        } else
+                log_debug("%s: kernel %s: %s", c->name, c->st.kernel_id, done);
+}
+
+/* Once, before any cell: a kernel whose own SIGINT handler would end it gets Python's back; an IPython kernel is
+ * told to stay when a cell calls exit() (quirks.h). */
+static void quirks_fix(Context *c, const JupyterMsg *msg) {
+        const char *sigint = quirks_sigint_code(msg->content), *keep = quirks_keepkernel_code(msg->content);
+
+        if (c->quirks_sent || !c->conn)
                 return;
-        content = quirks_silent_request(code);
-        r = content ? kernel_conn_send(c->conn, CHANNEL_SHELL, "execute_request", content, NULL) : -ENOMEM;
-        if (r < 0)
-                log_warning(
-                        "%s: kernel %s: cannot ask it to keep its namespace on SIGINT (%s); an interrupt may end it",
-                        c->name, c->st.kernel_id, strerror(-r));
-        else
-                log_debug("%s: kernel %s: SIGINT given back to Python (its own handler exits)", c->name,
-                          c->st.kernel_id);
-        c->sigint_fixed = true;
+        if (sigint)
+                quirk_send(c, sigint, 0, "keep its namespace on SIGINT; an interrupt may end it",
+                           "SIGINT given back to Python (its own handler exits)");
+        if (keep)
+                quirk_send(c, keep, 1, "stay when a cell calls exit(); such a cell may end it",
+                           "exit() and quit() keep the kernel (keepkernel_on_exit)");
+        c->quirks_sent = true;
 }
 
 static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *msg, void *userdata) {
@@ -241,7 +258,7 @@ static void conn_on_reply(KernelConn *conn, Channel channel, const JupyterMsg *m
         if (channel == CHANNEL_SHELL && context_replay_on_reply(c, msg))
                 return;
         if (channel == CHANNEL_SHELL && streq(type, "kernel_info_reply")) {
-                sigint_fix(c, msg);
+                quirks_fix(c, msg);
                 chunking_decide(c, msg);
                 c->got_info = true;
                 context_check_started(c);
@@ -295,8 +312,15 @@ static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         exec_queue_on_dropped(c->exec, channel, c->max_message);
 }
 
+/* An iopub message that could not be read: a cell's may be among them. */
+static void conn_on_unreadable(KernelConn *conn, Channel channel, void *userdata) {
+        if (channel == CHANNEL_IOPUB)
+                context_journal_on_unreadable(userdata);
+}
+
 const KernelConnCallbacks context_conn_callbacks = {
         .on_reply = conn_on_reply,
+        .on_unreadable = conn_on_unreadable,
         .on_iopub = conn_on_iopub,
         .on_hb = conn_on_hb,
         .on_dropped = conn_on_dropped,
@@ -326,9 +350,26 @@ static void exec_hook_busy(void *userdata, bool busy) {
                 context_set_state(c, CONTEXT_READY);
 }
 
+/* A cell of ours called exit(): never journaled; a kernel that does not stay (quirks.h) is about to end as if a
+ * client had shut it down, and the next kernel starts empty. */
+static void exec_hook_exit_asked(void *userdata, const char *msg_id, bool kept) {
+        Context *c = userdata;
+
+        context_journal_drop(c, msg_id);
+        if (kept) {
+                log_info("%s: a cell called exit(); kernel %s and its namespace are kept (a supervised kernel is not "
+                         "a cell's to end)",
+                         c->name, c->st.kernel_id);
+                return;
+        }
+        c->exit_cell = true;
+        context_shutdown_acked(c);
+}
+
 const ExecHooks context_exec_hooks = {
         .interrupt = exec_hook_interrupt,
         .busy = exec_hook_busy,
+        .exit_asked = exec_hook_exit_asked,
 };
 
 ExecQueue *context_exec(Context *c) {
@@ -627,12 +668,13 @@ static void context_end_group(Context *c) {
  * client's shutdown_request, a kill, the OOM killer, a crash), is restarted with the backoff and never failed. */
 static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, const char *what) {
         bool by_client = c->client_shutdown, failed_start = was == CONTEXT_STARTING;
+        const char *asked = c->exit_cell ? "a cell's exit()" : "a client's shutdown_request";
         char msg[256], field[64];
 
-        c->client_shutdown = false;
+        c->client_shutdown = c->exit_cell = false;
         /* A client that shut its kernel down asked for an empty one (Jupyter's restart). */
         if (by_client)
-                context_journal_forget(c, "a client's shutdown_request");
+                context_journal_forget(c, asked);
         if (was == CONTEXT_STOPPING && (!by_client || c->restart_pending || !c->want_running)) {
                 log_event(LOG_INFO, CONTEXT_EVENT(c, LOG_ID_KERNEL_STOPPED, "stopped", pid, NULL),
                           "%s: kernel %s stopped (%s)", c->name, c->st.kernel_id, what);
@@ -652,7 +694,7 @@ static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, cons
         else if (failed_start)
                 snprintf(msg, sizeof msg, "%s before it was ready", what);
         else
-                snprintf(msg, sizeof msg, "kernel %s%s", what, by_client ? " after a client's shutdown_request" : "");
+                snprintf(msg, sizeof msg, "kernel %s%s%s", what, by_client ? " after " : "", by_client ? asked : "");
         free(c->pending_error);
         c->pending_error = NULL;
         context_set_error(c, msg);
@@ -731,6 +773,7 @@ static void context_handle_exit(Context *c) {
         c->adopting = false;
         if (was == CONTEXT_RESTORING)
                 context_replay_lost(c, what);
+        context_replay_exited(c, was);
 
         context_after_exit(c, was, si.si_pid, what);
 }
@@ -860,10 +903,13 @@ static void context_enter_stopping(Context *c, bool ask) {
  * about to exit. It is stopping now, so no cell is handed to it; one that does not exit is ended as a stop
  * ends it. What follows its exit is context_after_exit()'s: a restart, after the backoff. */
 static void context_shutdown_acked(Context *c) {
-        if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE)
+        if (c->state != CONTEXT_READY && c->state != CONTEXT_BUSY && c->state != CONTEXT_UNRESPONSIVE) {
+                c->exit_cell = false;
                 return;
-        log_info("%s: kernel %s acknowledged a client's shutdown_request; it should exit now", c->name,
-                 c->st.kernel_id);
+        }
+        log_info("%s: kernel %s %s; it should exit now", c->name, c->st.kernel_id,
+                 c->exit_cell ? "is ending: a cell called exit() (it does not keep its kernel)"
+                              : "acknowledged a client's shutdown_request");
         c->client_shutdown = true;
         context_enter_stopping(c, false);
 }

@@ -116,6 +116,9 @@ uid_t context_uid(const Context *c); /* the uid its kernel runs as */
 bool context_autostart(const Context *c);
 /* Why the context's state is not on disk (a failed write), else its last failure; NULL when neither. */
 const char *context_last_error(const Context *c);
+/* Whether the context is stopping a kernel that asked to go (a client's shutdown_request, a cell's exit() that did
+ * not keep it) and a new one follows: a cell may wait for it. */
+bool context_comes_back(const Context *c);
 /* Why its state is not on disk, NULL when it is; and writing it again (0 when there was nothing to write). */
 const char *context_save_error(const Context *c);
 int context_save_retry(Context *c);

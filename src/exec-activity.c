@@ -33,6 +33,10 @@ static bool id_is_own(const ExecQueue *q, const char *id) {
         return false;
 }
 
+bool exec_queue_owns(const ExecQueue *q, const char *msg_id) {
+        return q && msg_id && *msg_id && id_is_own(q, msg_id);
+}
+
 /* Requests a kernel takes on control only: they run beside the shell (so
  * they hold nothing up), and their idle says nothing about the shell's
  * request. */

@@ -98,6 +98,7 @@ struct ExecQueue {
         uv_timer_t barrier;    /* an interrupt's wait for the barrier's reply (INTERRUPT_BARRIER_MSEC) */
         unsigned n_open_handles;
 
+        bool ending; /* a cell's exit() is ending the kernel (quirks.h): no cell goes to it; cleared at attach */
         bool count_written; /* cells ask for the kernel's count of what they wrote (exec_queue_count_written) */
         bool busy;
         long long execution_count;
@@ -143,6 +144,7 @@ struct ExecCell {
         bool timed_out;
         bool interrupted; /* an interrupt went to the kernel while it ran this cell */
         unsigned aborted_retries;
+        int exit_asked; /* quirks_exit_asked() of its reply: 1 the kernel stays, -1 it ends, 0 no exit() */
 };
 
 /* exec.c */

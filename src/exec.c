@@ -9,6 +9,7 @@
 
 #include "chunking.h"
 #include "exec-cell.h"
+#include "quirks.h"
 #include "util.h"
 
 /* While iopub has not delivered anything yet, a kernel_info_request goes out
@@ -50,6 +51,7 @@ void exec_result_reply(const ExecResult *res, ReplyExecResult *ret) {
                 .kernel_id = res->kernel_id,
                 .outputs = res->outputs,
                 .message = res->message,
+                .exit = res->exit,
         };
 }
 
@@ -121,6 +123,9 @@ static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, con
                 .kernel_id = kernel_id,
                 .outputs = cell->outputs,
                 .message = message,
+                .exit = cell->exit_asked > 0   ? "kept"
+                        : cell->exit_asked < 0 ? "ending"
+                                               : NULL,
         };
 
         cell_summarize(cell);
@@ -414,7 +419,7 @@ static void queue_gate(ExecQueue *q) {
 }
 
 static bool queue_can_start(const ExecQueue *q) {
-        return q->conn && q->iopub_ready && !run_taken(q) && !q->died && !kernel_busy_other(q);
+        return q->conn && q->iopub_ready && !run_taken(q) && !q->died && !kernel_busy_other(q) && !q->ending;
 }
 
 static void queue_advance(ExecQueue *q) {
@@ -573,6 +578,7 @@ void exec_queue_attach(ExecQueue *q, KernelConn *conn, const char *kernel_id) {
         q->conn = conn;
         q->iopub_ready = false;
         q->no_execute_input = false;
+        q->ending = false;
         kernel_clear(q);
         q->kernel.gate_id[0] = '\0';
         handshake_send(q);
@@ -605,6 +611,21 @@ void exec_queue_give_up(ExecQueue *q, const char *why) {
 }
 
 /* ---- Messages from the kernel ---- */
+
+/* A reply whose payload says the cell called exit() (quirks.h): the cell tells its caller; a kernel that is about
+ * to end runs no cell of ours again (the next waits for the next kernel, and is not blamed for this one's end). */
+static void run_on_exit_asked(ExecQueue *q, ExecCell *cell, const JupyterMsg *msg) {
+        int asked = quirks_exit_asked(msg->content);
+
+        if (!asked)
+                return;
+        if (cell)
+                cell->exit_asked = asked;
+        if (asked < 0)
+                q->ending = true;
+        if (q->hooks.exit_asked)
+                q->hooks.exit_asked(q->userdata, q->run.msg_id, asked > 0);
+}
 
 void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
         const char *parent, *status;
@@ -680,6 +701,7 @@ void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {
                         }
                 }
         }
+        run_on_exit_asked(q, cell, msg);
         q->run.got_reply = true;
         if (!streq(status, "aborted"))
                 q->run.started = true;

@@ -70,6 +70,8 @@ typedef struct ExecResult {
         json_t *outputs;           /* array of nbformat v4 output dicts, borrowed */
         const char *message; /* EXEC_DIED/EXEC_ABORTED/EXEC_TIMEOUT/EXEC_NOT_STARTED/EXEC_KERNEL_ABORTED: a sentence;
                               * else NULL */
+        const char *exit;    /* the cell called exit() or quit(): "kept" (the kernel stays, quirks.h) or "ending" (it
+                              * is about to end); NULL when it did not */
 } ExecResult;
 
 /* The end of a cell as the reply to execute tells it (reply.h); *ret borrows from res. */
@@ -140,6 +142,10 @@ typedef struct ExecHooks {
          * (content stolen, ret_msg_id filled). NULL: kernel_conn_send on the
          * attached conn. A test drives the queue without a kernel with it. */
         int (*send)(void *userdata, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
+        /* The reply to our request msg_id (borrowed for the call) says its cell called exit() (quirks.h): kept, the
+         * kernel stays; else it is about to end, and no cell of ours goes to it until the next attach. May be
+         * NULL. */
+        void (*exit_asked)(void *userdata, const char *msg_id, bool kept);
 } ExecHooks;
 
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);
@@ -250,6 +256,8 @@ const ExecCounters *exec_queue_counters(const ExecQueue *q); /* borrowed from q 
  * execute_request of any client, or ours is on it (sent and not yet known
  * to be finished). */
 bool exec_queue_busy(const ExecQueue *q);
+/* Whether msg_id is one of the queue's latest requests (its cells, probes and handshakes). */
+bool exec_queue_owns(const ExecQueue *q, const char *msg_id);
 /* Whose cell the kernel runs: "ours" (sent by this queue), "other" (another
  * client's, as iopub shows), NULL when none (static strings). */
 const char *exec_queue_running(const ExecQueue *q);

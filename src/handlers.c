@@ -639,7 +639,7 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
                                              "%d",
                                              PROTOCOL_MAX_TIMEOUT_SEC);
         st = context_state(c);
-        if (st == CONTEXT_STOPPED || st == CONTEXT_FAILED || st == CONTEXT_STOPPING)
+        if (st == CONTEXT_STOPPED || st == CONTEXT_FAILED || (st == CONTEXT_STOPPING && !context_comes_back(c)))
                 return control_request_error(req, KS_ERR_FAILED, NULL, "context %s is not running (state %s%s%s)",
                                              context_name(c), context_state_to_string(st),
                                              context_last_error(c) ? ": " : "", context_last_error(c) ?: "");

@@ -517,6 +517,57 @@ int journal_rewrite(Journal *j, size_t n, const char *kernel_id) {
         return journal_scan(j);
 }
 
+/* The journal's cells from first on, read into memory (n of them, the caller frees with entries_free). */
+static int entries_read(Journal *j, size_t first, size_t n, JournalEntry **ret) {
+        JournalEntry *e = calloc(n ? n : 1, sizeof *e);
+        int r = e ? 0 : -ENOMEM;
+
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = journal_read(j, first + i, &e[i]);
+        if (r < 0) {
+                for (size_t i = 0; e && i < n; i++)
+                        journal_entry_done(&e[i]);
+                free(e);
+                return r;
+        }
+        *ret = e;
+        return 0;
+}
+
+int journal_rewrite_insert(Journal *j, size_t n, const JournalEntry *extra, const size_t *at, size_t n_extra) {
+        _cleanup_free_ char(*kernels)[37] = NULL;
+        JournalEntry *tail = NULL;
+        size_t first = n, n_kernels = j->n_kernels, k = 0;
+        int r;
+
+        if (n > j->n)
+                n = first = j->n;
+        for (size_t i = 0; i < n_extra; i++)
+                if (at[i] < first)
+                        first = at[i];
+        kernels = calloc(n_kernels ? n_kernels : 1, sizeof *kernels);
+        if (!kernels)
+                return -ENOMEM;
+        memcpy(kernels, j->kernels, n_kernels * sizeof *kernels);
+        r = entries_read(j, first, n - first, &tail);
+        if (r < 0)
+                return r;
+        /* No kernel is named until every cell is back: a crash in between leaves a journal that promises nothing. */
+        r = journal_rewrite(j, first, NULL);
+        for (size_t i = first; i <= n && r >= 0; i++) {
+                for (; k < n_extra && r >= 0 && (at[k] <= i || i == n); k++)
+                        r = journal_append(j, &extra[k]);
+                if (i < n && r >= 0)
+                        r = journal_append(j, &tail[i - first]);
+        }
+        for (size_t i = 0; i < n_kernels && r >= 0; i++)
+                r = journal_add_kernel(j, kernels[i]);
+        for (size_t i = 0; i < n - first; i++)
+                journal_entry_done(&tail[i]);
+        free(tail);
+        return r;
+}
+
 int journal_remove(int state_dirfd, const char *name) {
         char fname[NAME_MAX + 1];
         _cleanup_close_ int dfd = -1;

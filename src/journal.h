@@ -106,6 +106,13 @@ bool journal_has_kernel(const Journal *j, const char *kernel_id);
  * removed, and the journal is incomplete: the old cells never rebuild a namespace they no longer describe. */
 int journal_rewrite(Journal *j, size_t n, const char *kernel_id);
 
+/* Rewrites the journal with its first n cells and, inserted among them, the n_extra cells extra (borrowed), extra[k]
+ * before cell at[k] (at[k] >= n: after all of them; at must not decrease), keeping the kernels it names: the cells in
+ * the order a kernel ran them, when some were journaled late (another client's cells during a replay), or one taken
+ * out (n = j->n - 1). No kernel is named until every cell is written. -errno as journal_rewrite and journal_append
+ * (the journal is then incomplete, or holds a prefix of those cells naming no kernel). */
+int journal_rewrite_insert(Journal *j, size_t n, const JournalEntry *extra, const size_t *at, size_t n_extra);
+
 /* Removes journals/NAME.journal (a missing file is success). */
 int journal_remove(int state_dirfd, const char *name);
 

@@ -417,6 +417,8 @@ static void conn_dispatch(KernelConn *c, size_t idx, zmq_msg_t *parts, size_t n)
         r = jupyter_msg_parse(frames, lens, n, c->key, &msg);
         if (r < 0) {
                 c->dropped++;
+                if (c->cb.on_unreadable)
+                        c->cb.on_unreadable(c, sock_table[idx].channel, c->userdata);
                 return;
         }
 

@@ -75,6 +75,9 @@ typedef struct KernelConnCallbacks {
          * published on iopub meanwhile is lost, and so are the replies to
          * requests sent on shell or control before. May be NULL. */
         void (*on_dropped)(KernelConn *c, Channel channel, void *userdata);
+        /* A message on channel failed verification or could not be parsed (its header, its signature) and was
+         * dropped (and counted). May be NULL. */
+        void (*on_unreadable)(KernelConn *c, Channel channel, void *userdata);
 } KernelConnCallbacks;
 
 /* Connects (libzmq connects lazily and retries on its own) to the kernel at

@@ -163,6 +163,7 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
 
                         fprintf(stderr, "kernelctl: %s.\n", why ?: "?");
                 }
+                render_exit_note(res.exit, args[0]);
                 render_exec_summary(&res, failed);
         }
         return failed ? EXIT_FAILED : exec_exit_code(res.status);

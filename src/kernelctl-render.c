@@ -338,6 +338,20 @@ char *render_not_ready(const ReplyContext *c) {
         return s;
 }
 
+void render_exit_note(const char *exit, const char *context) {
+        _cleanup_free_ char *name = client_sanitize(context, false);
+
+        if (streq_ptr(exit, "kept"))
+                fprintf(stderr,
+                        "kernelctl: note: the cell called exit(); a supervised kernel is not a cell's to end: the "
+                        "kernel and its namespace were kept (kernelctl restart %s ends it).\n",
+                        name ?: "?");
+        else if (exit)
+                fprintf(stderr,
+                        "kernelctl: note: the cell called exit() and the kernel is ending: the next cell runs in a "
+                        "new kernel, which starts empty.\n");
+}
+
 void render_exec_summary(const ReplyExecResult *res, bool died) {
         _cleanup_free_ char *st = client_sanitize(res->status, false);
 

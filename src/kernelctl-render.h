@@ -31,6 +31,8 @@ char *render_not_ready(const ReplyContext *c);
 
 /* One output of a cell (an nbformat dict) as a notebook shows it; traceback: the whole of an error's. */
 void render_output(const json_t *out, bool traceback);
+/* The note on stderr for a cell that called exit() (ReplyExecResult.exit, may be NULL: nothing) in context. */
+void render_exit_note(const char *exit, const char *context);
 /* Text mode's last line on stdout: "[ok #3]", "[died: kernel now K]", "[aborted]", "[not started: timeout]". */
 void render_exec_summary(const ReplyExecResult *res, bool died);
 

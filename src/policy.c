@@ -15,7 +15,8 @@ const char *context_state_to_string(ContextStateKind s) {
 #define S(x) (1u << CONTEXT_##x)
 /* Which states each state may move to. A running kernel (starting, ready,
  * busy, unresponsive) can die at any time, so it can reach backoff, failed
- * and stopped (restart = no) directly. */
+ * and stopped (restart = no) directly. A kernel stopping because a client's
+ * shutdown_request ended it is restarted after the backoff. */
 static const unsigned transitions[_CONTEXT_STATE_MAX] = {
         [CONTEXT_STOPPED] = S(STARTING),
         [CONTEXT_STARTING] = S(READY) | S(RESTORING) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
@@ -25,7 +26,7 @@ static const unsigned transitions[_CONTEXT_STATE_MAX] = {
         [CONTEXT_UNRESPONSIVE] = S(READY) | S(BUSY) | S(STOPPING) | S(BACKOFF) | S(FAILED) | S(STOPPED),
         [CONTEXT_BACKOFF] = S(STARTING) | S(STOPPED),
         [CONTEXT_FAILED] = S(STARTING) | S(STOPPED),
-        [CONTEXT_STOPPING] = S(STOPPED) | S(STARTING),
+        [CONTEXT_STOPPING] = S(STOPPED) | S(STARTING) | S(BACKOFF),
 };
 #undef S
 

@@ -6,6 +6,13 @@
  * Python's own handler can be put back: the daemon runs quirks_sigint_code() there, silently, as soon as
  * such a kernel answers kernel_info, before any cell of a client's.
  *
+ * ipykernel's exit() and quit() (ZMQInteractiveShell.ask_exit) end the kernel 0.1 s after the cell's reply,
+ * unless the shell's keepkernel_on_exit is true, which exit() itself sets to False unless called as
+ * exit(keep_kernel=True). A supervised kernel is not a cell's to end: an IPython kernel gets its ask_exit
+ * wrapped to set keepkernel_on_exit = True first, the same way, as soon as it answers kernel_info (preloaded or
+ * cold alike), so exit() leaves the kernel and its namespace as they are; its reply still carries the payload
+ * {"source": "ask_exit", "keepkernel": true}, which exec reads to say so.
+ *
  * Pure. */
 #pragma once
 
@@ -14,6 +21,15 @@
 /* The code that gives SIGINT back to Python in the kernel that answered kernel_info with content
  * (borrowed), or NULL when that kernel needs none. Static. */
 const char *quirks_sigint_code(const json_t *kernel_info_content);
+
+/* The code that keeps an IPython kernel running when a cell calls exit() or quit() (it binds no name in the
+ * user namespace), or NULL for another kernel. Static. */
+const char *quirks_keepkernel_code(const json_t *kernel_info_content);
+
+/* What the ask_exit payload of an execute_reply's content (borrowed) says: 0 when there is none (the cell did
+ * not call exit()), 1 when the kernel stays (keepkernel true), -1 when it is about to end (keepkernel false or
+ * null: ipykernel's default, or a kernel the code above did not reach). */
+int quirks_exit_asked(const json_t *execute_reply_content);
 
 /* The content of a silent execute_request of code: no history, no broadcast, no input. NULL on out of
  * memory. */

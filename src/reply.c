@@ -209,6 +209,7 @@ static const Field exec_result_fields[] = {
         F(ReplyExecResult, "kernel_id", FIELD_STRING, kernel_id, .flags = NULLABLE),
         F(ReplyExecResult, "outputs", FIELD_OUTPUTS, outputs),
         F(ReplyExecResult, "message", FIELD_STRING, message, .flags = OPTIONAL | LOSSY),
+        F(ReplyExecResult, "exit", FIELD_STRING, exit, .flags = OPTIONAL),
 };
 static const ReplyType exec_result_type = TYPE(ReplyExecResult, exec_result_fields);
 

@@ -179,6 +179,7 @@ typedef struct ReplyExecResult {
         const char *kernel_id;     /* the kernel it ran on (after "died": its successor); NULL: null */
         const json_t *outputs;     /* every output, an array of nbformat v4 output dicts; NULL encodes as [] */
         const char *message;       /* why a cell did not run to its end, a sentence; NULL: left out */
+        const char *exit;          /* "kept" or "ending": the cell called exit() (ExecResult); NULL: left out */
 } ReplyExecResult;
 
 typedef struct ReplyInterrupt {

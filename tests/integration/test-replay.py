@@ -169,11 +169,15 @@ def test_asked(tap):
     exec_(d, "a = 1")
     d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 1, "one cell journaled")
     client = harness.KernelClient(c0["connection_file"])
+    mark = d.log_mark()
     try:
         client.kc.shutdown(restart=True)
     finally:
         client.close()
     c1 = ready_after(d, c0, "a client's shutdown_request (a notebook's restart)")
+    log = d.log_since(mark)
+    tap.ok("acknowledged a client's shutdown_request" in log and "error:" not in log,
+           "a client's shutdown_request is acknowledged and logs no error line", log)
     tap.eq(check(d, c0["kernel_id"])[0], 8, "after a client's shutdown_request: check exits 8")
     tap.eq((c1.get("journal") or {}).get("cells"), 0, "and the journal is empty", repr(c1.get("journal")))
 

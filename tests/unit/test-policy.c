@@ -21,6 +21,8 @@ static void test_transitions(void) {
         ok(!context_transition_allowed(CONTEXT_FAILED, CONTEXT_READY), "failed -/-> ready");
         ok(context_transition_allowed(CONTEXT_STOPPING, CONTEXT_STOPPED), "stopping -> stopped");
         ok(context_transition_allowed(CONTEXT_STOPPING, CONTEXT_STARTING), "stopping -> starting (restart)");
+        ok(context_transition_allowed(CONTEXT_STOPPING, CONTEXT_BACKOFF),
+           "stopping -> backoff (a client's shutdown_request, then the restart)");
         ok(!context_transition_allowed(CONTEXT_STOPPING, CONTEXT_READY), "stopping -/-> ready");
         ok(context_transition_allowed(CONTEXT_STARTING, CONTEXT_RESTORING), "starting -> restoring (a replay)");
         ok(context_transition_allowed(CONTEXT_RESTORING, CONTEXT_READY), "restoring -> ready");
