@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -400,6 +401,139 @@ def test_late_input(tap):
     d.stop()
 
 
+def history_codes(d, name="r"):
+    rc, h = d.ctl_json("history", name)
+    return [c.get("code") for c in ((h or {}).get("cells") or [])]
+
+
+def test_exit_cell(tap):
+    """exit() keeps the kernel, and is never journaled: a kill -9 after it replays once, with x back."""
+    d = harness.Daemon(tap, contexts=CTX)
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    tap.eq(exec_(d, "x = 1"), (0, "[ok #1]\n"), "x = 1")
+    tap.eq(exec_(d, "exit()")[0], 0, "exit(): exit 0")
+    tap.eq(exec_(d, "y = x")[0], 0, "a cell after it: the kernel was kept")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 2, "two cells journaled")
+    tap.eq(history_codes(d), ["x = 1", "y = x"], "exit() is not in the journal")
+    c1 = kill_kernel(d, c0, "kill -9 after exit()")
+    c1 = d.wait_context("r", lambda c: (c.get("replay") or {}).get("phase") == "done" and c.get("state") == "ready",
+                        "the replay done", timeout=60)
+    tap.eq(exec_(d, "print(x, y)")[0:2], (0, "1 1\n[ok #3]\n"), "x and y are back")
+    c2 = d.context("r")
+    tap.eq((c2.get("kernel_id"), c2.get("incarnation")), (c1["kernel_id"], c0["incarnation"] + 1),
+           "one replay: the same kernel after it, incarnation + 1 only")
+    tap.eq(check(d, c0["kernel_id"])[0], 9, "check --expect the first kernel: 9")
+    d.stop()
+
+
+def test_replay_loop(tap):
+    """A journaled cell that ends its kernel a moment after it ran (here only once a marker file exists, made after
+    it ran): the kernels of two replays in a row die right after them, and the third starts empty, saying why."""
+    d = harness.Daemon(tap, contexts=CTX)
+    marker = os.path.join(d.tmp, "marker")
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    tap.eq(exec_(d, "before = 1")[0], 0, "a first cell")
+    tap.eq(exec_(d, f"import os, threading\nif os.path.exists({marker!r}): threading.Timer(1, os._exit, (3,)).start()")[0],
+           0, "a cell that ends its kernel a second later once the marker exists")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 2, "two cells journaled")
+    with open(marker, "w"):
+        pass
+    os.kill(c0["pid"], signal.SIGKILL)
+    c3 = d.wait_context("r", lambda c: c.get("state") == "ready" and (c.get("replay") or {}).get("phase") == "skipped",
+                        "a kernel whose replay was skipped", timeout=180)
+    rp = c3.get("replay") or {}
+    tap.contains(rp.get("text") or "", "nothing replayed: the kernels of the last 2 replays died during or right "
+                 "after them, so this one starts empty", "status says why it starts empty")
+    tap.eq(c3.get("incarnation"), c0["incarnation"] + 3, "the third kernel after the first", repr(c3.get("incarnation")))
+    rc, out, _ = check(d, c0["kernel_id"])
+    tap.eq(rc, 8, "check --expect the first kernel: 8", out)
+    tap.contains(out, "namespace not rebuilt: nothing replayed: the kernels of the last 2 replays died", "check says why")
+    tap.eq(exec_(d, "before")[0], 7, "the namespace is empty")
+    tap.eq(d.context("r").get("kernel_id"), c3["kernel_id"], "and the kernel stays")
+    d.stop()
+
+
+def raw_client(cf):
+    """A jupyter_client that sends at once, without waiting for kernel_info (the shell may be busy)."""
+    from jupyter_client import BlockingKernelClient
+
+    kc = BlockingKernelClient()
+    kc.load_connection_file(cf)
+    kc.start_channels()
+    return kc
+
+
+def shell_reply(kc, msg_id, timeout=60):
+    deadline = time.monotonic() + harness.scaled(timeout)
+    while time.monotonic() < deadline:
+        m = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if m["parent_header"].get("msg_id") == msg_id:
+            return m
+    raise harness.WaitTimeout("no reply")
+
+
+def test_outside_during_replay(tap):
+    """Another client's cell that runs between two replayed cells is journaled there: the next rebuild gives what
+    the kernel it ran in had."""
+    d = harness.Daemon(tap, contexts=CTX)
+    hold = os.path.join(d.tmp, "hold")
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    tap.eq(exec_(d, f"import os, time\nwhile os.path.exists({hold!r}): time.sleep(0.05)\nb = 1")[0], 0,
+           "a cell that waits while the hold file exists, then b = 1")
+    tap.eq(exec_(d, "b = b + 10")[0], 0, "b = b + 10")
+    d.wait_context("r", lambda c: (c.get("journal") or {}).get("cells") == 2, "two cells journaled")
+    with open(hold, "w"):
+        pass
+    os.kill(c0["pid"], signal.SIGKILL)
+    c1 = d.wait_context("r", lambda c: c.get("state") == "restoring" and c.get("kernel_id") != c0["kernel_id"],
+                        "the replay runs, held in its first cell", timeout=60)
+    kc = raw_client(c1["connection_file"])
+    try:
+        msg_id = kc.execute("b = b * 2")
+        # The request must reach the kernel while the replayed cell holds it: it then runs before the next one.
+        time.sleep(harness.scaled(1))
+        os.unlink(hold)
+        tap.eq(shell_reply(kc, msg_id)["content"].get("status"), "ok", "the outside cell ran during the replay")
+    finally:
+        kc.stop_channels()
+    d.wait_context("r", lambda c: c.get("state") == "ready" and (c.get("replay") or {}).get("phase") == "done",
+                   "the replay done")
+    r = d.ctl("exec", "r", "print(b)")
+    k2_b = r.stdout.split("\n")[0]
+    tap.eq(k2_b, "12", "the kernel ran the outside cell between the replayed ones (b = 12)", r.stdout)
+    tap.eq(history_codes(d)[:3], [f"import os, time\nwhile os.path.exists({hold!r}): time.sleep(0.05)\nb = 1",
+                                   "b = b * 2", "b = b + 10"], "the journal has the cells in the order they ran")
+    c2 = kill_kernel(d, c1, "a second kill -9")
+    d.wait_context("r", lambda c: (c.get("replay") or {}).get("phase") == "done", "the second replay done")
+    r = d.ctl("exec", "r", "print(b)")
+    tap.eq(r.stdout.split("\n")[0], k2_b, "the next kernel rebuilds what the one before had", r.stdout)
+    tap.eq(check(d, c1["kernel_id"])[0], 9, "check --expect the kernel the outside cell ran in: 9")
+    d.stop()
+
+
+def test_silent_cell(tap):
+    """A silent cell of another client announces no execute_input: the journal cannot have it, says so, and a
+    kill -9 is answered 8, not 9."""
+    d = harness.Daemon(tap, contexts=CTX)
+    d.start()
+    c0 = d.wait_state("r", "ready")
+    tap.eq(exec_(d, "a = 1")[0], 0, "a = 1")
+    client = harness.KernelClient(c0["connection_file"])
+    try:
+        msg_id = client.kc.execute("silent_var = 7", silent=True)
+        tap.eq(shell_reply(client.kc, msg_id)["content"].get("status"), "ok", "an outside silent cell ran")
+    finally:
+        client.close()
+    tap.eq(exec_(d, "normal_var = 9")[0], 0, "a cell after it")
+    j = d.wait_context("r", lambda c: (c.get("journal") or {}).get("complete") is False, "the journal incomplete")
+    tap.contains(j["journal"].get("note") or "", "a silent cell", "its note says a silent cell may be why")
+    tap.eq(kill_and_check(d, c0), 8, "kill -9: check exits 8, not 9")
+    d.stop()
+
+
 def test(tap):
     with tap.guard("kill -9 and a crash of the daemon"):
         test_kill_and_crash(tap)
@@ -417,6 +551,14 @@ def test(tap):
         test_full_disk(tap)
     with tap.guard("a replayed cell's execute_input after its reply"):
         test_late_input(tap)
+    with tap.guard("exit() in a journaled kernel"):
+        test_exit_cell(tap)
+    with tap.guard("a replay loop ends"):
+        test_replay_loop(tap)
+    with tap.guard("another client's cell during a replay"):
+        test_outside_during_replay(tap)
+    with tap.guard("a silent cell of another client"):
+        test_silent_cell(tap)
 
 
 if __name__ == "__main__":

@@ -249,6 +249,45 @@ static void test_rewrite(void) {
         is_int(journal_remove(dirfd_, "rw"), 0, "removing a missing journal is success");
 }
 
+/* Cells put in among the kept ones, in the order they ran, and the kernels named again. */
+static void test_rewrite_insert(void) {
+        _cleanup_(journal_freep) Journal *j = NULL;
+        JournalEntry extra[3] = {
+                { .at = 1, .client = (char *) "other", .code = (char *) "x1", .code_len = 2 },
+                { .at = 2, .client = (char *) "other", .code = (char *) "x2", .code_len = 2 },
+                { .at = 3, .client = (char *) "other", .code = (char *) "x3", .code_len = 2 },
+        };
+        size_t at[3] = { 1, 1, 9 };
+        const char *want[] = { "a", "x1", "x2", "b", "c", "x3" };
+        bool same = true;
+
+        is_int(journal_open(dirfd_, "ins", JOURNAL_MAX_DEFAULT, &j), 0, "open");
+        journal_add_kernel(j, K1);
+        cell(j, "a", CELL_OK);
+        cell(j, "b", CELL_OK);
+        cell(j, "c", CELL_ERROR);
+        journal_add_kernel(j, K2);
+        is_int(journal_rewrite_insert(j, 3, extra, at, 3), 0, "insert three cells among three");
+        j = journal_free(j);
+        is_int(journal_open(dirfd_, "ins", JOURNAL_MAX_DEFAULT, &j), 0, "reopen");
+        is_int(j->n, 6, "six cells");
+        for (size_t i = 0; i < 6 && i < j->n; i++) {
+                _cleanup_free_ char *code = read_code(j, i);
+                same = same && code && streq(code, want[i]);
+        }
+        ok(same, "a, x1, x2 (before b), b, c, x3 (after all)");
+        ok(journal_has_kernel(j, K1) && journal_has_kernel(j, K2) && !j->incomplete, "both kernels named, complete");
+        is_int(journal_rewrite_insert(j, 5, NULL, NULL, 0), 0, "take the last cell out");
+        is_int(j->n, 5, "five cells");
+        ok(journal_has_kernel(j, K1) && journal_has_kernel(j, K2), "still both kernels");
+        at[0] = 7;
+        is_int(journal_rewrite_insert(j, 2, extra, at, 1), 0, "keep two, then one cell after them");
+        {
+                _cleanup_free_ char *code = read_code(j, 2);
+                ok(j->n == 3 && streq_ptr(code, "x1"), "the inserted cell after the two kept (%zu cells)", j->n);
+        }
+}
+
 static int fill_disk(int dirfd, const char *name) {
         _cleanup_close_ int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         char buf[1024];
@@ -319,6 +358,7 @@ int main(void) {
         test_links_dir();
         test_max();
         test_rewrite();
+        test_rewrite_insert();
         test_full_disk();
         close(dirfd_);
         nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -475,6 +475,22 @@ static void test_quirks(void) {
                    json_is_false(json_object_get(req, "allow_stdin")) &&
                    streq(json_string_value(json_object_get(req, "code")), "x = 1"),
            "quirks: the request is silent, without history or input");
+        code = quirks_keepkernel_code(ipython);
+        ok(code && strstr(code, "'keepkernel_on_exit', True") && strstr(code, "'ask_exit'"),
+           "quirks: an IPython kernel's ask_exit keeps the kernel");
+        ok(!quirks_keepkernel_code(xeus) && !quirks_keepkernel_code(none) && !quirks_keepkernel_code(NULL),
+           "quirks: another kernel gets no keepkernel code");
+        {
+                json_auto_t *kept = json_pack("{s:s, s:[{s:s, s:b}]}", "status", "ok", "payload", "source", "ask_exit",
+                                              "keepkernel", 1);
+                json_auto_t *ending = json_pack("{s:[{s:s}, {s:s, s:n}]}", "payload", "source", "page", "source",
+                                                "ask_exit", "keepkernel");
+                json_auto_t *plain = json_pack("{s:[{s:s}]}", "payload", "source", "page");
+
+                ok(quirks_exit_asked(kept) == 1 && quirks_exit_asked(ending) == -1 && quirks_exit_asked(plain) == 0 &&
+                           quirks_exit_asked(none) == 0 && quirks_exit_asked(NULL) == 0,
+                   "quirks: the ask_exit payload read: kept, ending (keepkernel null), none");
+        }
 }
 
 int main(void) {
