@@ -3,7 +3,6 @@ cell ends [ok] with a note (text) and "exit": "kept" (--json), and the namespace
 (keepkernel_on_exit undone) says so on that cell, and the next cell is not blamed; `exit` typed in a real
 jupyter console attached to the kernel leaves it running; a replayed journal never holds an exit() cell."""
 
-import json
 import os
 import shutil
 import subprocess
