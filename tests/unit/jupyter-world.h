@@ -38,6 +38,7 @@ typedef struct Seen {
         unsigned status_for_want;
 
         unsigned hb;
+        unsigned unreadable[_CHANNEL_MAX]; /* messages on_unreadable reported, per channel */
 
         bool in_call;        /* set around kernel_conn_* calls */
         unsigned reentered;  /* callbacks that ran inside one: must stay 0 */
@@ -91,7 +92,15 @@ static inline void on_hb(KernelConn *c, void *userdata) {
         uv_stop(s->loop);
 }
 
-_unused_ static const KernelConnCallbacks callbacks = { on_reply, on_iopub, on_hb };
+static inline void on_unreadable(KernelConn *c, Channel channel, void *userdata) {
+        Seen *s = userdata;
+
+        s->unreadable[channel]++;
+}
+
+_unused_ static const KernelConnCallbacks callbacks = {
+        .on_reply = on_reply, .on_iopub = on_iopub, .on_hb = on_hb, .on_unreadable = on_unreadable
+};
 
 static inline void on_safety(uv_timer_t *t) {
         Seen *s = t->data;

@@ -311,6 +311,7 @@ static void test_conn_fake(void) {
         is_str(s.iopub_type, "status", "iopub: type");
         is_int(s.status_for_want, 1, "iopub: status with our parent id");
         is_int(kernel_conn_dropped(c), 6, "iopub: the bad ones dropped and counted");
+        is_int(s.unreadable[CHANNEL_IOPUB], 2, "iopub: both reported unreadable (the journal cannot miss them)");
 
         /* hb: two pings; only the echo of the latest fires on_hb. Each is [delimiter, payload], as a REQ sends
          * it, so that a REP heartbeat (IRkernel, tslab) answers too. */
