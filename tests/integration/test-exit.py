@@ -42,6 +42,26 @@ def test_kept(tap):
     d.stop()
 
 
+def test_preloaded(tap):
+    """A kernel forked from the preloaded launcher gets the same request: exit() keeps it too."""
+    d = harness.Daemon(tap)
+    d.start()
+    c0 = d.wait_state("default", "ready")
+    d.wait_log("is ready", timeout=120)
+    d.ctl("restart", "default", timeout=60)
+    c1 = d.wait_context("default", lambda c: c["state"] == "ready" and c["kernel_id"] != c0["kernel_id"],
+                        "a new kernel", 60)
+    tap.eq(c1.get("started"), "preloaded", "the kernel after a restart comes from the preloaded launcher",
+           repr(c1.get("start_note")))
+    tap.eq(exec_(d, "y = 6").returncode, 0, "y = 6")
+    r = exec_(d, "exit()")
+    tap.eq((r.returncode, r.stderr), (0, KEPT_NOTE), "exit() in a preloaded kernel: exit 0, the note", r.stdout)
+    r = exec_(d, "print(y)")
+    tap.eq((r.returncode, r.stdout.split("\n")[0]), (0, "6"), "the next cell sees y", r.stdout + r.stderr)
+    tap.eq(d.context("default").get("kernel_id"), c1["kernel_id"], "the same kernel")
+    d.stop()
+
+
 def test_ending(tap):
     """A kernel that does not keep itself (the start-up request's ask_exit undone by the cell, as in a kernel the
     request never reached): the cell says it ends, the next cell runs in the next kernel and is not [died]."""
@@ -94,6 +114,8 @@ def test_console(tap):
 def test(tap):
     with tap.guard("exit() and quit() keep the kernel"):
         test_kept(tap)
+    with tap.guard("exit() in a preloaded kernel"):
+        test_preloaded(tap)
     with tap.guard("a kernel that ends after exit()"):
         test_ending(tap)
     with tap.guard("exit in jupyter console"):
