@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -49,6 +50,26 @@
 /* Backpressure: while this much is unread by the peer, its further requests
  * wait (we stop reading); reading resumes below a quarter of it. */
 #define CONTROL_READ_PAUSE (1024 * 1024)
+/* Requests held open (a wait, a cell queued or running, a check) keep their
+ * parsed line, and a cell a copy of its code, while they send nothing, so
+ * backpressure does not bound them: these caps do. A request counts its line
+ * plus CONTROL_REQUEST_OVERHEAD; past a cap it is refused with an error that
+ * names the cap (a short one only by its connection's caps, see
+ * CONTROL_SMALL_REQUEST). Root and the daemon's own uid are bounded per connection
+ * and per uid, but not counted in (nor refused by) the cap of all others, so
+ * nobody else can lock them out. (kernelsup.ini(5) states the bound these give.) */
+#define CONTROL_MAX_OPEN_PER_CONN 16
+#define CONTROL_MAX_HELD_PER_CONN (2 * 1024 * 1024)
+#define CONTROL_MAX_HELD_PER_UID (8 * 1024 * 1024)
+#define CONTROL_MAX_HELD_OTHERS (32 * 1024 * 1024)
+#define CONTROL_REQUEST_OVERHEAD 512
+/* A request line this short (kernelctl status, a wait) is refused only by the
+ * caps of its connection, so a uid whose big requests fill its cap (or all
+ * others') can still ask for its status. */
+#define CONTROL_SMALL_REQUEST 512
+/* After this much held request memory was freed, give it back to the system
+ * (glibc keeps a freed heap otherwise). */
+#define CONTROL_TRIM_AFTER (4 * 1024 * 1024)
 
 #define LIST_PREPEND(head, item)                                                                                      \
         do {                                                                                                          \
@@ -77,6 +98,7 @@ struct ControlRequest {
         json_t *root;            /* owns id, method and params */
         json_t *id;              /* NULL for a notification: the answer is swallowed */
         const char *method;
+        size_t weight; /* what it counts against the caps on held requests */
         void (*cancel)(ControlRequest *req, void *data);
         void *cancel_data;
         ControlRequest *prev, *next;
@@ -95,6 +117,8 @@ struct ControlConnection {
         bool idle_grace;        /* the deadline passed with bytes unread, and got one more loop iteration */
         bool read_paused;       /* backpressure: the peer has CONTROL_READ_PAUSE unread */
         size_t write_allowance; /* the most any of its requests may leave unread, beyond CONTROL_MAX_WRITE_QUEUE */
+        size_t n_open;          /* requests open */
+        size_t held;            /* the sum of their weights */
         char *rbuf;
         char *line; /* a partial line, waiting for its newline */
         size_t line_len, line_alloc;
@@ -117,6 +141,8 @@ struct ControlServer {
         uv_timer_t idle_timer; /* fires at the earliest idle deadline */
         uint64_t idle_timeout; /* msec */
         uid_t own_uid;
+        size_t held_others; /* the weights of the open requests of uids other than root and ours */
+        size_t freed;       /* held request memory freed since the last malloc_trim() */
         bool closing;
         bool limit_logged;
 };
@@ -153,12 +179,39 @@ static void conn_unref(ControlConnection *c) {
         free(c);
 }
 
+static bool peer_privileged(const ControlServer *s, uid_t uid) {
+        return uid == 0 || uid == s->own_uid;
+}
+
+/* A request answered gives its weight back; a lot of it freed goes back to the system. */
+static void request_unhold(ControlConnection *c, ControlRequest *req) {
+        ControlServer *s = c->server;
+
+        c->n_open--;
+        c->held -= req->weight;
+        if (!s)
+                return;
+        if (!peer_privileged(s, c->peer.uid))
+                s->held_others -= req->weight;
+        s->freed += req->weight;
+}
+
+static void server_maybe_trim(ControlServer *s) {
+        if (!s || s->freed < CONTROL_TRIM_AFTER)
+                return;
+        s->freed = 0;
+        (void) malloc_trim(0);
+}
+
 static void request_free(ControlRequest *req) {
         ControlConnection *c = req->conn;
+        ControlServer *s = c->server;
 
         LIST_REMOVE(c->requests, req);
+        request_unhold(c, req);
         json_decref(req->root);
         free(req);
+        server_maybe_trim(s);
         /* Answered: the next request line must come within the idle timeout. */
         if (!c->requests && c->server && !c->closing)
                 conn_idle_start(c);
@@ -193,13 +246,21 @@ static void conn_close_cb(uv_handle_t *handle) {
         /* A close that started inside a write (see conn_send) cancels here,
          * from the loop, never under the feet of a running handler. */
         conn_cancel_requests(c);
+        /* Requests still open are answered into the void later: they no longer count here. */
+        if (!peer_privileged(s, c->peer.uid))
+                s->held_others -= c->held;
+        s->freed += c->held;
         LIST_REMOVE(s->connections, c);
         s->n_connections--;
         s->limit_logged = false;
         c->server = NULL;
         free(c->rbuf);
         c->rbuf = NULL;
+        free(c->line);
+        c->line = NULL;
+        c->line_len = c->line_alloc = 0;
         conn_unref(c);
+        server_maybe_trim(s);
         server_handle_closed(s);
 }
 
@@ -416,6 +477,40 @@ static bool line_is_blank(const char *p, size_t n) {
         return true;
 }
 
+/* Whether a request of this weight may be held open on c; if not, why (for
+ * the peer, naming the cap). */
+static bool conn_may_hold(const ControlConnection *c, size_t weight, char *why, size_t size) {
+        const ControlServer *s = c->server;
+        size_t uid_held = 0;
+
+        if (c->n_open >= CONTROL_MAX_OPEN_PER_CONN) {
+                snprintf(why, size, "too many requests open on this connection (at most %d)",
+                         CONTROL_MAX_OPEN_PER_CONN);
+                return false;
+        }
+        if (c->held + weight > CONTROL_MAX_HELD_PER_CONN) {
+                snprintf(why, size, "too many bytes of requests open on this connection (at most %d MiB)",
+                         CONTROL_MAX_HELD_PER_CONN >> 20);
+                return false;
+        }
+        if (weight <= CONTROL_SMALL_REQUEST + CONTROL_REQUEST_OVERHEAD)
+                return true;
+        for (const ControlConnection *o = s->connections; o; o = o->next)
+                if (o->peer.uid == c->peer.uid)
+                        uid_held += o->held;
+        if (uid_held + weight > CONTROL_MAX_HELD_PER_UID) {
+                snprintf(why, size, "too many bytes of requests open for uid %u (at most %d MiB)",
+                         (unsigned) c->peer.uid, CONTROL_MAX_HELD_PER_UID >> 20);
+                return false;
+        }
+        if (!peer_privileged(s, c->peer.uid) && s->held_others + weight > CONTROL_MAX_HELD_OTHERS) {
+                snprintf(why, size, "too many bytes of requests open for all users (at most %d MiB)",
+                         CONTROL_MAX_HELD_OTHERS >> 20);
+                return false;
+        }
+        return true;
+}
+
 static void conn_handle_line(ControlConnection *c, const char *line, size_t len) {
         ControlServer *s = c->server;
         const ControlMethod *m;
@@ -424,6 +519,8 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
         json_auto_t *root = NULL;
         json_t *id = NULL;
         const char *message = NULL;
+        char why[128];
+        size_t weight;
         int code = RPC_INVALID_REQUEST;
         int r;
 
@@ -459,6 +556,14 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
                 return;
         }
 
+        weight = len + CONTROL_REQUEST_OVERHEAD;
+        if (!conn_may_hold(c, weight, why, sizeof why)) {
+                log_debug("Refusing a control request from pid %d: %s.", (int) c->peer.pid, why);
+                if (rpc.id)
+                        (void) conn_send(c, protocol_error(rpc.id, KS_ERR_FAILED, why, NULL));
+                json_decref(rpc.root);
+                return;
+        }
         req = calloc(1, sizeof *req);
         if (!req) {
                 log_warning("Out of memory for a control request from pid %d.", (int) c->peer.pid);
@@ -472,7 +577,12 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
                 .root = rpc.root,
                 .id = rpc.id,
                 .method = rpc.method,
+                .weight = weight,
         };
+        c->n_open++;
+        c->held += weight;
+        if (!peer_privileged(s, c->peer.uid))
+                s->held_others += weight;
         c->n_ref++;
         LIST_PREPEND(c->requests, req);
         /* Waiting for an answer is not idle, however long it takes. */
@@ -679,7 +789,7 @@ static bool server_admits(const ControlServer *s, uid_t uid, char *why, size_t s
                 snprintf(why, size, "too many connections");
                 return false;
         }
-        if (uid == 0 || uid == s->own_uid)
+        if (peer_privileged(s, uid))
                 return true;
         if (s->n_connections >= CONTROL_MAX_CONNECTIONS - CONTROL_RESERVED) {
                 snprintf(why, size, "too many connections: the last %d of %d are kept for root", CONTROL_RESERVED,
