@@ -1,0 +1,104 @@
+"""One daemon per state_dir, and state files that are not regular files. A second kernelsupd on the
+same state_dir but another socket is refused before it writes anything, naming the state_dir and the
+first daemon's pid, and the first daemon's kernel is untouched; so is a second one on the same socket
+(supervisor.json is not rewritten). A contexts/NAME.json that is a directory, a symlink or a FIFO
+costs only that context its state: the daemon starts, says which file, and the context starts fresh."""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+DEFAULTS = f"argv = {harness.STUB_ARGV}\n"
+
+
+def second_daemon(d, socket_path):
+    """Runs a kernelsupd on d's configuration with socket = socket_path; returns (exit code, output)."""
+    conf = os.path.join(d.tmp, "second.ini")
+    with open(d.config) as f:
+        text = f.read().replace(f"socket = {d.socket}\n", f"socket = {socket_path}\n")
+    with open(conf, "w") as f:
+        f.write(text)
+    env = d.env()
+    env.pop("NOTIFY_SOCKET", None)
+    r = subprocess.run([harness.KERNELSUPD, "--config", conf], env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=harness.scaled(60))
+    return r.returncode, r.stdout + r.stderr
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_second_daemon(tap):
+    d = harness.Daemon(tap, contexts="[context:a]\n", defaults=DEFAULTS)
+    d.start()
+    c0 = d.wait_state("a", "ready")
+    sup = os.path.join(d.state_dir, "supervisor.json")
+    before = read(sup)
+    other = os.path.join(d.tmp, "other.sock")
+
+    rc, out = second_daemon(d, other)
+    tap.eq(rc, 1, "a second kernelsupd on the same state_dir and another socket exits 1")
+    tap.ok(f"state_dir {d.state_dir} is in use by another kernelsupd (pid {d.proc.pid}" in out,
+           "it names the state_dir and the pid of the daemon holding it", out[-1000:])
+    tap.ok("adopting" not in out, "it adopts nothing", out[-1000:])
+    tap.eq(read(sup), before, "supervisor.json is unchanged")
+    tap.ok(not os.path.exists(other), "it leaves no socket behind")
+
+    rc, out = second_daemon(d, d.socket)
+    tap.eq(rc, 1, "a second kernelsupd with the same configuration exits 1")
+    tap.eq(read(sup), before, "and does not rewrite supervisor.json either (R8a)")
+
+    c1 = d.wait_state("a", "ready")
+    tap.eq((c1["pid"], c1["incarnation"]), (c0["pid"], c0["incarnation"]),
+           "the first daemon's kernel keeps running, the same incarnation")
+    tap.ok(d.running(), "the first daemon still runs")
+    d.stop()
+    # The lock goes with its holder: the next daemon starts and adopts nothing stale.
+    d.start()
+    d.wait_state("a", "ready")
+    d.stop()
+
+
+def test_not_regular(tap):
+    names = ("dir", "link", "fifo")
+    d = harness.Daemon(tap, contexts="".join(f"[context:{n}]\n" for n in names) + "[context:plain]\n",
+                       defaults=DEFAULTS)
+    d.start()
+    for n in names + ("plain",):
+        d.wait_state(n, "ready")
+    d.stop()
+    sdir = os.path.join(d.state_dir, "contexts")
+    for n in names:
+        os.unlink(os.path.join(sdir, f"{n}.json"))
+    os.mkdir(os.path.join(sdir, "dir.json"))
+    target = os.path.join(d.tmp, "target.json")
+    with open(target, "w") as f:
+        json.dump({"incarnation": 7}, f)
+    os.symlink(target, os.path.join(sdir, "link.json"))
+    os.mkfifo(os.path.join(sdir, "fifo.json"))
+    mark = d.log_mark()
+    d.start()
+    for n in names:
+        c = d.wait_state(n, "ready")
+        tap.ok(c["pid"], f"state {n}.json that is a {n}: the daemon starts and the context runs fresh")
+    log = d.log_since(mark)
+    for n in names:
+        tap.ok(f"{sdir}/{n}.json" in log, f"the log names {n}.json", log[-2000:])
+    tap.eq(read(target), b'{"incarnation": 7}', "the symlink's target is neither read as state nor written")
+    d.stop()
+
+
+def test(tap):
+    with tap.guard("a second daemon on one state_dir"):
+        test_second_daemon(tap)
+    with tap.guard("non-regular state files"):
+        test_not_regular(tap)
+
+
+harness.main(test, needs_jupyter=False)
