@@ -140,6 +140,7 @@ struct ControlServer {
         size_t n_handles;
         uv_timer_t idle_timer; /* fires at the earliest idle deadline */
         uint64_t idle_timeout; /* msec */
+        uint64_t write_stall;  /* msec */
         uid_t own_uid;
         size_t held_others; /* the weights of the open requests of uids other than root and ours */
         size_t freed;       /* held request memory freed since the last malloc_trim() */
@@ -147,9 +148,20 @@ struct ControlServer {
         bool limit_logged;
 };
 
+/* A line is written in pieces of this size, each its own uv_write, so that
+ * the write-stall clock restarts at each piece the peer takes: a reader that
+ * keeps taking a long reply, however slowly, keeps it. */
+#define CONTROL_WRITE_PIECE (64 * 1024)
+
+/* One encoded line, shared by the writes of its pieces; the last frees it. */
+typedef struct WriteLine {
+        char *data;
+        size_t n_pieces;
+} WriteLine;
+
 typedef struct WriteReq {
         uv_write_t req; /* first, so the uv_write_t * is the WriteReq * */
-        char *data;
+        WriteLine *line;
 } WriteReq;
 
 static void conn_close(ControlConnection *c, bool cancel_now);
@@ -322,7 +334,10 @@ static void conn_write_cb(uv_write_t *req, int status) {
         WriteReq *w = (WriteReq *) req;
         ControlConnection *c = req->handle->data;
 
-        free(w->data);
+        if (--w->line->n_pieces == 0) {
+                free(w->line->data);
+                free(w->line);
+        }
         free(w);
         if (status == 0) {
                 /* The peer is reading what we sent: with no request open, that is not idleness, and a slow
@@ -368,27 +383,44 @@ static int conn_flow(ControlConnection *c) {
  * cancel callbacks to the close callback, because a handler may be running. */
 static int conn_send(ControlConnection *c, char *line) {
         _cleanup_free_ char *data = line;
-        WriteReq *w;
-        uv_buf_t buf;
-        int r;
+        WriteLine *wl;
+        size_t len, off;
+        int r = 0;
 
         if (!data)
                 return -ENOMEM;
         if (c->closing)
                 return -EPIPE;
-        w = malloc(sizeof *w);
-        if (!w)
+        wl = malloc(sizeof *wl);
+        if (!wl)
                 return -ENOMEM;
-        buf = uv_buf_init(data, (unsigned) strlen(data));
-        w->data = data;
-        r = uv_write(&w->req, (uv_stream_t *) &c->pipe, &buf, 1, conn_write_cb);
+        len = strlen(data);
+        *wl = (WriteLine){ .data = TAKE_PTR(data), .n_pieces = 1 }; /* held until every piece is queued */
+        for (off = 0; off < len && r >= 0; off += CONTROL_WRITE_PIECE) {
+                WriteReq *w = malloc(sizeof *w);
+                uv_buf_t buf =
+                        uv_buf_init(wl->data + off,
+                                    (unsigned) (len - off < CONTROL_WRITE_PIECE ? len - off : CONTROL_WRITE_PIECE));
+
+                r = w ? 0 : -ENOMEM;
+                if (w) {
+                        *w = (WriteReq){ .line = wl };
+                        r = uv_write(&w->req, (uv_stream_t *) &c->pipe, &buf, 1, conn_write_cb);
+                        if (r >= 0)
+                                wl->n_pieces++;
+                        else
+                                free(w);
+                }
+        }
+        if (--wl->n_pieces == 0) {
+                free(wl->data);
+                free(wl);
+        }
         if (r < 0) {
-                free(w);
                 log_warning_errno(r, "Failed to write to control peer (pid %d): %m", (int) c->peer.pid);
                 conn_close(c, false);
                 return r;
         }
-        TAKE_PTR(data);
         return conn_flow(c);
 }
 
@@ -617,8 +649,8 @@ static void conn_idle_start(ControlConnection *c) {
         ControlServer *s = c->server;
         uint64_t timeout = s->idle_timeout;
 
-        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > 0 && timeout < CONTROL_WRITE_STALL_MSEC)
-                timeout = CONTROL_WRITE_STALL_MSEC;
+        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > 0 && timeout < s->write_stall)
+                timeout = s->write_stall;
         c->idle_deadline = uv_now(s->loop) + timeout;
         c->idle_grace = false;
         /* Deadlines only grow, so one armed already comes first, unless the timeout was shortened since. */
@@ -1020,6 +1052,7 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
                 .n_methods = n_methods,
                 .userdata = userdata,
                 .idle_timeout = CONTROL_IDLE_TIMEOUT_MSEC,
+                .write_stall = CONTROL_WRITE_STALL_MSEC,
                 .own_uid = getuid(),
         };
 
@@ -1084,6 +1117,10 @@ void control_server_close(ControlServer *s) {
 
 void control_server_set_idle_timeout(ControlServer *s, uint64_t msec) {
         s->idle_timeout = msec > 0 ? msec : CONTROL_IDLE_TIMEOUT_MSEC;
+}
+
+void control_server_set_write_stall(ControlServer *s, uint64_t msec) {
+        s->write_stall = msec > 0 ? msec : CONTROL_WRITE_STALL_MSEC;
 }
 
 size_t control_server_connections(const ControlServer *s) {
