@@ -2,7 +2,9 @@
 same state_dir but another socket is refused before it writes anything, naming the state_dir and the
 first daemon's pid, and the first daemon's kernel is untouched; so is a second one on the same socket
 (supervisor.json is not rewritten). A contexts/NAME.json that is a directory, a symlink or a FIFO
-costs only that context its state: the daemon starts, says which file, and the context starts fresh."""
+costs only that context its state: the daemon starts, says which file, and the context starts fresh.
+A contexts.d file whose name holds a newline and an ESC is named in the log escaped (\\x0a, \\x1b): the line
+is not split and no escape sequence reaches the log."""
 
 import json
 import os
@@ -94,11 +96,30 @@ def test_not_regular(tap):
     d.stop()
 
 
+def test_log_escapes(tap):
+    evil = "evil\nname\x1b[31m.ini"
+    d = harness.Daemon(tap, contexts="[context:plain]\nautostart = no\n", defaults=DEFAULTS)
+    d.write_context_file(evil, "[context:evil]\nautostart = no\n")
+    d.start()
+    d.write_context_file(evil, "[context:evil]\nno_such_key = 1\n")
+    mark = d.log_mark()
+    r = d.ctl("reload")
+    tap.eq(r.returncode, 1, "a reload with a bad key in that file is refused", r.stderr)
+    log = d.log_since(mark)
+    tap.ok("evil\\x0aname\\x1b[31m.ini" in log, "the daemon's log names the file with its control characters "
+           "escaped", log[-1500:])
+    tap.ok("\x1b" not in log and not any(line.startswith("name") for line in log.splitlines()),
+           "no raw ESC in the log, and the name does not split its line", repr(log[-1500:]))
+    d.stop()
+
+
 def test(tap):
     with tap.guard("a second daemon on one state_dir"):
         test_second_daemon(tap)
     with tap.guard("non-regular state files"):
         test_not_regular(tap)
+    with tap.guard("control characters of names in the log"):
+        test_log_escapes(tap)
 
 
 harness.main(test, needs_jupyter=False)
