@@ -4,7 +4,8 @@ first daemon's pid, and the first daemon's kernel is untouched; so is a second o
 (supervisor.json is not rewritten). A contexts/NAME.json that is a directory, a symlink or a FIFO
 costs only that context its state: the daemon starts, says which file, and the context starts fresh.
 A contexts.d file whose name holds a newline and an ESC is named in the log escaped (\\x0a, \\x1b): the line
-is not split and no escape sequence reaches the log."""
+is not split and no escape sequence reaches the log. 1,000 contexts with restore = replay start under
+RLIMIT_NOFILE 512: a journal holds no descriptor between its calls."""
 
 import json
 import os
@@ -113,6 +114,29 @@ def test_log_escapes(tap):
     d.stop()
 
 
+def test_many_journals(tap):
+    n, limit = 1000, 512
+    defaults = DEFAULTS + "restore = replay\nautostart = no\n"
+    d = harness.Daemon(tap, contexts="", defaults=defaults)
+    # 5 ports each are counted; no kernel ever binds them (autostart = no).
+    d.port_min, d.port_max = 40000, 40000 + 5 * n
+    d.write_config("", defaults)
+    d.write_context_file("many", "".join(f"[context:j{i}]\n" for i in range(n)))
+    # soft = hard: the daemon raises its soft limit to the hard one.
+    d.launcher = ("prlimit", f"--nofile={limit}:{limit}", "--")
+    d.start(timeout=120)
+    _, st = d.ctl_json("status", timeout=120)
+    ctxs = (st or {}).get("contexts", []) if isinstance(st, dict) else (st or [])
+    tap.eq(len(ctxs), n,
+           f"{n} contexts with restore = replay start under RLIMIT_NOFILE {limit}")
+    jdir = os.path.join(d.state_dir, "journals")
+    tap.eq(len([f for f in os.listdir(jdir) if f.endswith(".journal")]), n, f"each has its journal file ({n})")
+    fds = len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+    tap.diag(f"descriptors open in kernelsupd: {fds}")
+    tap.ok(fds < 100, "the daemon holds no descriptor per journal", f"{fds} open")
+    d.stop(timeout=120)
+
+
 def test(tap):
     with tap.guard("a second daemon on one state_dir"):
         test_second_daemon(tap)
@@ -120,6 +144,8 @@ def test(tap):
         test_not_regular(tap)
     with tap.guard("control characters of names in the log"):
         test_log_escapes(tap)
+    with tap.guard("many journals, few descriptors"):
+        test_many_journals(tap)
 
 
 harness.main(test, needs_jupyter=False)
