@@ -115,6 +115,7 @@ struct ControlConnection {
         /* uv_now() by which a complete request line must have come; 0 while a request is open. */
         uint64_t idle_deadline;
         bool idle_grace;        /* the deadline passed with bytes unread, and got one more loop iteration */
+        bool evicted;           /* closed to make room for a newer connection of its uid (server_make_room) */
         bool read_paused;       /* backpressure: the peer has CONTROL_READ_PAUSE unread */
         size_t write_allowance; /* the most any of its requests may leave unread, beyond CONTROL_MAX_WRITE_QUEUE */
         size_t n_open;          /* requests open */
@@ -142,6 +143,7 @@ struct ControlServer {
         uint64_t idle_timeout; /* msec */
         uint64_t write_stall;  /* msec */
         uid_t own_uid;
+        size_t n_evicting;  /* connections closed by server_make_room, until their close callback */
         size_t held_others; /* the weights of the open requests of uids other than root and ours */
         size_t freed;       /* held request memory freed since the last malloc_trim() */
         bool closing;
@@ -264,6 +266,8 @@ static void conn_close_cb(uv_handle_t *handle) {
         s->freed += c->held;
         LIST_REMOVE(s->connections, c);
         s->n_connections--;
+        if (c->evicted)
+                s->n_evicting--;
         s->limit_logged = false;
         c->server = NULL;
         free(c->rbuf);
@@ -817,13 +821,13 @@ static void server_reject(ControlServer *s) {
 static bool server_admits(const ControlServer *s, uid_t uid, char *why, size_t size) {
         size_t mine = 0;
 
-        if (s->n_connections >= CONTROL_MAX_CONNECTIONS) {
+        if (s->n_connections - s->n_evicting >= CONTROL_MAX_CONNECTIONS) {
                 snprintf(why, size, "too many connections");
                 return false;
         }
         if (peer_privileged(s, uid))
                 return true;
-        if (s->n_connections >= CONTROL_MAX_CONNECTIONS - CONTROL_RESERVED) {
+        if (s->n_connections - s->n_evicting >= CONTROL_MAX_CONNECTIONS - CONTROL_RESERVED) {
                 snprintf(why, size, "too many connections: the last %d of %d are kept for root", CONTROL_RESERVED,
                          CONTROL_MAX_CONNECTIONS);
                 return false;
@@ -836,6 +840,28 @@ static bool server_admits(const ControlServer *s, uid_t uid, char *why, size_t s
                 return false;
         }
         return true;
+}
+
+/* Root (or our uid) finds every slot taken: if some of them are its own idle connections (no request open,
+ * nothing left to write: a pool of a root client), the oldest of them is closed with an error line saying
+ * why, so root's own client never locks root out. Its slot counts until its close callback, so the newcomer
+ * is admitted beyond the limit by one meanwhile; connections waiting for an answer are never closed. */
+static void server_make_room(ControlServer *s, uid_t uid) {
+        ControlConnection *oldest = NULL;
+
+        for (ControlConnection *c = s->connections; c; c = c->next)
+                if (c->peer.uid == uid && !c->requests && !c->closing && !uv_is_closing((uv_handle_t *) &c->pipe) &&
+                    uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) == 0)
+                        oldest = c; /* the list is newest first */
+        if (!oldest)
+                return;
+        log_debug("Closing the oldest idle control connection of uid %u (pid %d) to admit a new one.", (unsigned) uid,
+                  (int) oldest->peer.pid);
+        conn_try_send_error(oldest, KS_ERR_FAILED,
+                            "too many connections: closed, the oldest idle one of its uid, to admit a newer one");
+        oldest->evicted = true;
+        s->n_evicting++;
+        conn_close(oldest, true);
 }
 
 /* A connection that was accepted but not admitted: never in the list, no requests. */
@@ -904,6 +930,8 @@ static void server_connection_cb(uv_stream_t *listener, int status) {
                 log_warning_errno(r, "Failed to read the credentials of a control peer: %m");
                 return conn_refuse(c, NULL);
         }
+        if (s->n_connections - s->n_evicting >= CONTROL_MAX_CONNECTIONS && peer_privileged(s, c->peer.uid))
+                server_make_room(s, c->peer.uid);
         if (!server_admits(s, c->peer.uid, why, sizeof why)) {
                 if (!s->limit_logged)
                         log_event(LOG_WARNING,

@@ -131,11 +131,41 @@ def trial_per_uid(tap, d):
     raw.close()
 
 
+def trial_root_pool(tap, d):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 1024)), hard))
+    pool = []
+    try:
+        # Root's own client holds every slot, each idle (its status answered).
+        for i in range(256):
+            raw = harness.RawControl(d.socket)
+            pool.append(raw)
+            rep = raw.request(b'{"jsonrpc":"2.0","id":1,"method":"status"}\n', timeout=30)
+            if not rep or "result" not in rep:
+                tap.ok(False, f"root's connection {i} is admitted", repr(rep)[:200])
+                return
+        r = d.ctl("status", "cf", "--json")
+        tap.ok(r.returncode in (0, 1) and '"cf"' in r.stdout and "too many connections" not in r.stderr,
+               "with 256 idle connections of root's open, root's kernelctl status is answered", r.stderr[-300:])
+        first = pool[0].read_line(timeout=30)
+        tap.ok(first is not None and b"closed, the oldest idle one of its uid" in first,
+               "the oldest idle root connection is told why it is closed", repr(first)[:200])
+        tap.ok(pool[0].wait_closed(timeout=30), "and is closed")
+        rep = pool[-1].request(b'{"jsonrpc":"2.0","id":2,"method":"status"}\n', timeout=30)
+        tap.ok(rep and "result" in rep, "the newest one of the pool still works", repr(rep)[:200])
+    finally:
+        for raw in pool:
+            raw.close()
+    wait_connections(d, 1)
+
+
 def test(tap):
     d = harness.Daemon(tap, contexts="[context:cf]\nautostart = no\n")
     d.start()
     trial_held(tap, d)
     trial_per_uid(tap, d)
+    trial_root_pool(tap, d)
     d.stop()
     d.check_log()
 
