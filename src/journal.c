@@ -418,6 +418,17 @@ void journal_set_incomplete(Journal *j) {
         journal_drop(j, held);
 }
 
+/* journal_hold() for a write: a file that cannot be held makes the journal incomplete. */
+static int journal_hold_write(Journal *j) {
+        int held = journal_hold(j);
+
+        if (held < 0) {
+                j->last_error = held;
+                journal_mark_incomplete(j);
+        }
+        return held;
+}
+
 static int journal_append_held(Journal *j, const JournalEntry *e);
 
 int journal_append(Journal *j, const JournalEntry *e) {
@@ -425,12 +436,9 @@ int journal_append(Journal *j, const JournalEntry *e) {
 
         if (j->incomplete)
                 return -ESTALE;
-        held = journal_hold(j);
-        if (held < 0) {
-                j->last_error = held;
-                journal_mark_incomplete(j);
+        held = journal_hold_write(j);
+        if (held < 0)
                 return held;
-        }
         r = journal_append_held(j, e);
         journal_drop(j, held);
         return r;
@@ -506,12 +514,9 @@ int journal_add_kernel(Journal *j, const char *kernel_id) {
                 return -ESTALE;
         if (journal_has_kernel(j, kernel_id))
                 return 0;
-        held = journal_hold(j);
-        if (held < 0) {
-                j->last_error = held;
-                journal_mark_incomplete(j);
+        held = journal_hold_write(j);
+        if (held < 0)
                 return held;
-        }
         r = journal_add_kernel_held(j, kernel_id);
         journal_drop(j, held);
         return r;

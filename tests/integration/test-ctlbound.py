@@ -22,14 +22,6 @@ HELD_PER_UID = 8 * MIB
 OVERHEAD = 512
 
 
-def proc_kib(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise harness.HarnessError(f"no {key} in /proc/{pid}/status")
-
-
 def wait_line(i, pad):
     return (json.dumps({"jsonrpc": "2.0", "id": i, "method": "wait",
                         "params": {"contexts": ["cf"], "timeout": 600, "pad": "x" * pad}}) + "\n").encode()
@@ -74,7 +66,7 @@ def wait_connections(d, n):
 
 def trial_held(tap, d):
     pid = d.proc.pid
-    rss0 = proc_kib(pid, "VmRSS")
+    rss0 = harness.proc_status_kib(pid, "VmRSS")
     n, pad = 300, 200000
     raw, errs, held = fill(d, n, pad)
     tap.eq(len(errs), n - held, f"{n} pipelined waits of 200 KB: all but the {held} the 2 MiB cap holds are answered")
@@ -82,7 +74,7 @@ def trial_held(tap, d):
                for e in errs), "each refused wait gets an error naming the cap (at most 2 MiB)",
            repr(errs[:1])[:300])
     tap.eq(sorted(e["id"] for e in errs), list(range(held, n)), "the refused ones are the requests past the cap")
-    hwm = proc_kib(pid, "VmHWM")
+    hwm = harness.proc_status_kib(pid, "VmHWM")
     tap.diag(f"VmRSS before {rss0} KiB, VmHWM after {n} waits of 200 KB: {hwm} KiB")
     # Bound: the waits held (their line and parse, under 3 times the cap), the line buffers of one read
     # and of one request being refused, and 16 MiB of slack for the allocator.
@@ -94,7 +86,7 @@ def trial_held(tap, d):
            repr(rep)[:200])
     raw.close()
     wait_connections(d, 1)
-    rss1 = proc_kib(pid, "VmRSS")
+    rss1 = harness.proc_status_kib(pid, "VmRSS")
     tap.diag(f"VmRSS after the connection closed: {rss1} KiB")
     tap.ok(rss1 - rss0 < 8 * 1024, "the memory the held waits took is given back (VmRSS within 8 MiB of before)",
            f"{rss0} -> {rss1} KiB")

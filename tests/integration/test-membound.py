@@ -45,14 +45,6 @@ BUFFERS_CELL = ("k = get_ipython().kernel\n"
 FLOOD_CELL = "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 1000000)\n"
 
 
-def vm_kib(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise harness.HarnessError(f"no {key} in /proc/{pid}/status")
-
-
 def line(i, method, params):
     return (json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n").encode()
 
@@ -119,7 +111,7 @@ def test(tap):
     try:
         make_specs(user.home, 20000)
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", user.home], check=True)
-        tap.diag(f"VmRSS at rest: {vm_kib(pid, 'VmRSS')} KiB")
+        tap.diag(f"VmRSS at rest: {harness.proc_status_kib(pid, 'VmRSS')} KiB")
         out = {}
         conn = d.context("f")["connection_file"]
         held = [threading.Thread(target=fn, args=(d, out)) for fn in (pipelined_waits, queued_cells)]
@@ -127,7 +119,8 @@ def test(tap):
             t.start()
         for t in held:
             t.join(harness.scaled(600))
-        tap.diag(f"VmRSS with the pipelined waits and queued cells sent: {vm_kib(pid, 'VmRSS')} KiB")
+        rss = harness.proc_status_kib(pid, "VmRSS")
+        tap.diag(f"VmRSS with the pipelined waits and queued cells sent: {rss} KiB")
         threads = [threading.Thread(target=fn, args=args) for fn, args in (
             (kernelspecs, (tap, d, user, out)),
             (exec_flood, (d, out)),
@@ -146,7 +139,7 @@ def test(tap):
         tap.eq(out.get("outside"), "ok", "the 200 MB flood through an outside jupyter_client ends ok")
         tap.ok(out.get("kernels") is not None, "kernelctl kernels of the uid with 20,000 specs answered",
                f"exit {out.get('kernels')}")
-        hwm = vm_kib(pid, "VmHWM") * 1024
+        hwm = harness.proc_status_kib(pid, "VmHWM") * 1024
         tap.diag(f"VmHWM {hwm // 1024} KiB; the documented bound {BOUND // 1024} KiB "
                  f"(output_limit {OUTPUT_LIMIT // MIB} MiB, {SENDING} sending, {UNREAD} unread)")
         tap.ok(hwm < BOUND, f"the daemon's peak stays below the bound kernelsup.ini(5) states "

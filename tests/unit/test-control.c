@@ -633,22 +633,22 @@ static bool client_read_slowly(Client *c, int id, size_t *ret_bytes) {
         return false;
 }
 
-/* The write-stall clock, shortened here to 300 ms (the idle timeout to 100 ms): a reader that keeps taking a 2 MiB line at 16 KiB per
- * 20 ms (7 s in all) keeps it, since the clock restarts at each 64 KiB piece it takes; one that stops
- * reading is closed. */
+/* The write-stall clock, shortened here to 2 s (the idle timeout to 100 ms): a reader that keeps taking an 8 MiB
+ * line at 16 KiB per 20 ms (10 s in all) keeps it, since the clock restarts at each 64 KiB piece it takes; one that
+ * stops reading is closed. */
 static void test_server_steady_reader(ControlServer *s, const char *path) {
         int rcvbuf = 4096;
         size_t got = 0;
         bool whole;
         Client c;
 
-        control_server_set_write_stall(s, 300);
+        control_server_set_write_stall(s, 2000);
         control_server_set_idle_timeout(s, 100); /* below the stall, as the defaults are */
         is_int(client_connect(path, &c), 0, "connect a steady slow reader");
         (void) setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-        spew(&c, 1, 2 * 1024 * 1024, 0);
+        spew(&c, 1, 8 * 1024 * 1024, 0);
         whole = client_read_slowly(&c, 31, &got);
-        ok(whole, "a reader taking 16 KiB each 20 ms gets the whole 2 MiB line and the reply (%zu bytes read)", got);
+        ok(whole, "a reader taking 16 KiB each 20 ms gets the whole 8 MiB line and the reply (%zu bytes read)", got);
         client_done(&c);
 
         is_int(client_connect(path, &c), 0, "connect a reader that stops");
@@ -752,6 +752,26 @@ static void test_server_connection_limit(const char *path) {
                 if (client_connect(path, &clients[i]) == 0 && client_echo_works(&clients[i], 100 + i))
                         n_ok++;
         is_int(n_ok, 256, "256 connections are served");
+
+        /* All idle and of our own uid: a newcomer of that uid closes the oldest of them, not itself. */
+        is_int(client_connect(path, &extra), 0, "a 257th of the same uid connects while the others are idle");
+        ok(client_echo_works(&extra, 97), "and is served");
+        ok(client_read_message(&clients[0], &m) && reply_is_error(&m, KS_ERR_FAILED) &&
+                   strstr(m.message, "closed, the oldest idle one of its uid"),
+           "the oldest idle connection is told why it is closed");
+        rpc_message_done(&m);
+        ok(client_closed_by_server(&clients[0]), "and is closed");
+        client_done(&clients[0]);
+        clients[0] = extra;
+
+        /* All busy (a request open on each): a newcomer is refused. */
+        n_ok = 0;
+        for (int i = 0; i < 256; i++) {
+                _cleanup_free_ char *hold = protocol_request(400 + i, "hold", json_object());
+
+                n_ok += client_send_str(&clients[i], hold) == 0;
+        }
+        ok(n_ok == 256 && client_echo_works(&clients[255], 96), "a request held open on each of the 256");
 
         is_int(client_connect(path, &extra), 0, "the 257th connects");
         ok(client_read_message(&extra, &m) && reply_is_error(&m, KS_ERR_FAILED) && json_is_null(m.id) &&
