@@ -41,13 +41,20 @@ int context_new(const ContextHost *host, const ContextConfig *cfg, Context **ret
 
         r = context_state_load(host->state_dirfd, c->name, &c->st);
         c->conn_saved = r >= 0;
-        if (r == -EBADMSG || r == -EFBIG) {
+        if (r == -EBADMSG || r == -EFBIG || r == -EISDIR || r == -ELOOP || r == -EINVAL) {
+                /* Not a regular file (a directory, a symlink, a FIFO) is no state either: only this
+                 * context starts afresh, never the whole daemon refusing to start. */
                 char from[300], to[320];
                 snprintf(from, sizeof from, "contexts/%s.json", c->name);
                 snprintf(to, sizeof to, "contexts/%s.json.corrupt", c->name);
                 (void) renameat(host->state_dirfd, from, host->state_dirfd, to);
-                if (asprintf(ret_warning, "%s/%s was corrupt; moved to %s and started afresh (new ports and key)",
-                             host->state_dir, from, to) < 0)
+                if (asprintf(ret_warning, "%s/%s was %s; moved to %s and started afresh (new ports and key)",
+                             host->state_dir, from,
+                             r == -EBADMSG || r == -EFBIG ? "corrupt"
+                             : r == -EISDIR               ? "a directory, not a file"
+                             : r == -ELOOP                ? "a symbolic link, not a file"
+                                                          : "not a regular file",
+                             to) < 0)
                         *ret_warning = NULL;
                 c->st = (ContextState){ 0 };
         } else if (r < 0 && r != -ENOENT) {

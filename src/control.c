@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -49,6 +50,26 @@
 /* Backpressure: while this much is unread by the peer, its further requests
  * wait (we stop reading); reading resumes below a quarter of it. */
 #define CONTROL_READ_PAUSE (1024 * 1024)
+/* Requests held open (a wait, a cell queued or running, a check) keep their
+ * parsed line, and a cell a copy of its code, while they send nothing, so
+ * backpressure does not bound them: these caps do. A request counts its line
+ * plus CONTROL_REQUEST_OVERHEAD; past a cap it is refused with an error that
+ * names the cap (a short one only by its connection's caps, see
+ * CONTROL_SMALL_REQUEST). Root and the daemon's own uid are bounded per connection
+ * and per uid, but not counted in (nor refused by) the cap of all others, so
+ * nobody else can lock them out. (kernelsup.ini(5) states the bound these give.) */
+#define CONTROL_MAX_OPEN_PER_CONN 16
+#define CONTROL_MAX_HELD_PER_CONN (2 * 1024 * 1024)
+#define CONTROL_MAX_HELD_PER_UID (8 * 1024 * 1024)
+#define CONTROL_MAX_HELD_OTHERS (32 * 1024 * 1024)
+#define CONTROL_REQUEST_OVERHEAD 512
+/* A request line this short (kernelctl status, a wait) is refused only by the
+ * caps of its connection, so a uid whose big requests fill its cap (or all
+ * others') can still ask for its status. */
+#define CONTROL_SMALL_REQUEST 512
+/* After this much held request memory was freed, give it back to the system
+ * (glibc keeps a freed heap otherwise). */
+#define CONTROL_TRIM_AFTER (4 * 1024 * 1024)
 
 #define LIST_PREPEND(head, item)                                                                                      \
         do {                                                                                                          \
@@ -77,6 +98,7 @@ struct ControlRequest {
         json_t *root;            /* owns id, method and params */
         json_t *id;              /* NULL for a notification: the answer is swallowed */
         const char *method;
+        size_t weight; /* what it counts against the caps on held requests */
         void (*cancel)(ControlRequest *req, void *data);
         void *cancel_data;
         ControlRequest *prev, *next;
@@ -93,8 +115,11 @@ struct ControlConnection {
         /* uv_now() by which a complete request line must have come; 0 while a request is open. */
         uint64_t idle_deadline;
         bool idle_grace;        /* the deadline passed with bytes unread, and got one more loop iteration */
+        bool evicted;           /* closed to make room for a newer connection of its uid (server_make_room) */
         bool read_paused;       /* backpressure: the peer has CONTROL_READ_PAUSE unread */
         size_t write_allowance; /* the most any of its requests may leave unread, beyond CONTROL_MAX_WRITE_QUEUE */
+        size_t n_open;          /* requests open */
+        size_t held;            /* the sum of their weights */
         char *rbuf;
         char *line; /* a partial line, waiting for its newline */
         size_t line_len, line_alloc;
@@ -116,14 +141,29 @@ struct ControlServer {
         size_t n_handles;
         uv_timer_t idle_timer; /* fires at the earliest idle deadline */
         uint64_t idle_timeout; /* msec */
+        uint64_t write_stall;  /* msec */
         uid_t own_uid;
+        size_t n_evicting;  /* connections closed by server_make_room, until their close callback */
+        size_t held_others; /* the weights of the open requests of uids other than root and ours */
+        size_t freed;       /* held request memory freed since the last malloc_trim() */
         bool closing;
         bool limit_logged;
 };
 
+/* A line is written in pieces of this size, each its own uv_write, so that
+ * the write-stall clock restarts at each piece the peer takes: a reader that
+ * keeps taking a long reply, however slowly, keeps it. */
+#define CONTROL_WRITE_PIECE (64 * 1024)
+
+/* One encoded line, shared by the writes of its pieces; the last frees it. */
+typedef struct WriteLine {
+        char *data;
+        size_t n_pieces;
+} WriteLine;
+
 typedef struct WriteReq {
         uv_write_t req; /* first, so the uv_write_t * is the WriteReq * */
-        char *data;
+        WriteLine *line;
 } WriteReq;
 
 static void conn_close(ControlConnection *c, bool cancel_now);
@@ -153,12 +193,39 @@ static void conn_unref(ControlConnection *c) {
         free(c);
 }
 
+static bool peer_privileged(const ControlServer *s, uid_t uid) {
+        return uid == 0 || uid == s->own_uid;
+}
+
+/* A request answered gives its weight back; a lot of it freed goes back to the system. */
+static void request_unhold(ControlConnection *c, ControlRequest *req) {
+        ControlServer *s = c->server;
+
+        c->n_open--;
+        c->held -= req->weight;
+        if (!s)
+                return;
+        if (!peer_privileged(s, c->peer.uid))
+                s->held_others -= req->weight;
+        s->freed += req->weight;
+}
+
+static void server_maybe_trim(ControlServer *s) {
+        if (!s || s->freed < CONTROL_TRIM_AFTER)
+                return;
+        s->freed = 0;
+        (void) malloc_trim(0);
+}
+
 static void request_free(ControlRequest *req) {
         ControlConnection *c = req->conn;
+        ControlServer *s = c->server;
 
         LIST_REMOVE(c->requests, req);
+        request_unhold(c, req);
         json_decref(req->root);
         free(req);
+        server_maybe_trim(s);
         /* Answered: the next request line must come within the idle timeout. */
         if (!c->requests && c->server && !c->closing)
                 conn_idle_start(c);
@@ -193,13 +260,23 @@ static void conn_close_cb(uv_handle_t *handle) {
         /* A close that started inside a write (see conn_send) cancels here,
          * from the loop, never under the feet of a running handler. */
         conn_cancel_requests(c);
+        /* Requests still open are answered into the void later: they no longer count here. */
+        if (!peer_privileged(s, c->peer.uid))
+                s->held_others -= c->held;
+        s->freed += c->held;
         LIST_REMOVE(s->connections, c);
         s->n_connections--;
+        if (c->evicted)
+                s->n_evicting--;
         s->limit_logged = false;
         c->server = NULL;
         free(c->rbuf);
         c->rbuf = NULL;
+        free(c->line);
+        c->line = NULL;
+        c->line_len = c->line_alloc = 0;
         conn_unref(c);
+        server_maybe_trim(s);
         server_handle_closed(s);
 }
 
@@ -261,7 +338,10 @@ static void conn_write_cb(uv_write_t *req, int status) {
         WriteReq *w = (WriteReq *) req;
         ControlConnection *c = req->handle->data;
 
-        free(w->data);
+        if (--w->line->n_pieces == 0) {
+                free(w->line->data);
+                free(w->line);
+        }
         free(w);
         if (status == 0) {
                 /* The peer is reading what we sent: with no request open, that is not idleness, and a slow
@@ -307,27 +387,44 @@ static int conn_flow(ControlConnection *c) {
  * cancel callbacks to the close callback, because a handler may be running. */
 static int conn_send(ControlConnection *c, char *line) {
         _cleanup_free_ char *data = line;
-        WriteReq *w;
-        uv_buf_t buf;
-        int r;
+        WriteLine *wl;
+        size_t len, off;
+        int r = 0;
 
         if (!data)
                 return -ENOMEM;
         if (c->closing)
                 return -EPIPE;
-        w = malloc(sizeof *w);
-        if (!w)
+        wl = malloc(sizeof *wl);
+        if (!wl)
                 return -ENOMEM;
-        buf = uv_buf_init(data, (unsigned) strlen(data));
-        w->data = data;
-        r = uv_write(&w->req, (uv_stream_t *) &c->pipe, &buf, 1, conn_write_cb);
+        len = strlen(data);
+        *wl = (WriteLine){ .data = TAKE_PTR(data), .n_pieces = 1 }; /* held until every piece is queued */
+        for (off = 0; off < len && r >= 0; off += CONTROL_WRITE_PIECE) {
+                WriteReq *w = malloc(sizeof *w);
+                uv_buf_t buf =
+                        uv_buf_init(wl->data + off,
+                                    (unsigned) (len - off < CONTROL_WRITE_PIECE ? len - off : CONTROL_WRITE_PIECE));
+
+                r = w ? 0 : -ENOMEM;
+                if (w) {
+                        *w = (WriteReq){ .line = wl };
+                        r = uv_write(&w->req, (uv_stream_t *) &c->pipe, &buf, 1, conn_write_cb);
+                        if (r >= 0)
+                                wl->n_pieces++;
+                        else
+                                free(w);
+                }
+        }
+        if (--wl->n_pieces == 0) {
+                free(wl->data);
+                free(wl);
+        }
         if (r < 0) {
-                free(w);
                 log_warning_errno(r, "Failed to write to control peer (pid %d): %m", (int) c->peer.pid);
                 conn_close(c, false);
                 return r;
         }
-        TAKE_PTR(data);
         return conn_flow(c);
 }
 
@@ -416,6 +513,40 @@ static bool line_is_blank(const char *p, size_t n) {
         return true;
 }
 
+/* Whether a request of this weight may be held open on c; if not, why (for
+ * the peer, naming the cap). */
+static bool conn_may_hold(const ControlConnection *c, size_t weight, char *why, size_t size) {
+        const ControlServer *s = c->server;
+        size_t uid_held = 0;
+
+        if (c->n_open >= CONTROL_MAX_OPEN_PER_CONN) {
+                snprintf(why, size, "too many requests open on this connection (at most %d)",
+                         CONTROL_MAX_OPEN_PER_CONN);
+                return false;
+        }
+        if (c->held + weight > CONTROL_MAX_HELD_PER_CONN) {
+                snprintf(why, size, "too many bytes of requests open on this connection (at most %d MiB)",
+                         CONTROL_MAX_HELD_PER_CONN >> 20);
+                return false;
+        }
+        if (weight <= CONTROL_SMALL_REQUEST + CONTROL_REQUEST_OVERHEAD)
+                return true;
+        for (const ControlConnection *o = s->connections; o; o = o->next)
+                if (o->peer.uid == c->peer.uid)
+                        uid_held += o->held;
+        if (uid_held + weight > CONTROL_MAX_HELD_PER_UID) {
+                snprintf(why, size, "too many bytes of requests open for uid %u (at most %d MiB)",
+                         (unsigned) c->peer.uid, CONTROL_MAX_HELD_PER_UID >> 20);
+                return false;
+        }
+        if (!peer_privileged(s, c->peer.uid) && s->held_others + weight > CONTROL_MAX_HELD_OTHERS) {
+                snprintf(why, size, "too many bytes of requests open for all users (at most %d MiB)",
+                         CONTROL_MAX_HELD_OTHERS >> 20);
+                return false;
+        }
+        return true;
+}
+
 static void conn_handle_line(ControlConnection *c, const char *line, size_t len) {
         ControlServer *s = c->server;
         const ControlMethod *m;
@@ -424,6 +555,8 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
         json_auto_t *root = NULL;
         json_t *id = NULL;
         const char *message = NULL;
+        char why[128];
+        size_t weight;
         int code = RPC_INVALID_REQUEST;
         int r;
 
@@ -459,6 +592,14 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
                 return;
         }
 
+        weight = len + CONTROL_REQUEST_OVERHEAD;
+        if (!conn_may_hold(c, weight, why, sizeof why)) {
+                log_debug("Refusing a control request from pid %d: %s.", (int) c->peer.pid, why);
+                if (rpc.id)
+                        (void) conn_send(c, protocol_error(rpc.id, KS_ERR_FAILED, why, NULL));
+                json_decref(rpc.root);
+                return;
+        }
         req = calloc(1, sizeof *req);
         if (!req) {
                 log_warning("Out of memory for a control request from pid %d.", (int) c->peer.pid);
@@ -472,7 +613,12 @@ static void conn_handle_line(ControlConnection *c, const char *line, size_t len)
                 .root = rpc.root,
                 .id = rpc.id,
                 .method = rpc.method,
+                .weight = weight,
         };
+        c->n_open++;
+        c->held += weight;
+        if (!peer_privileged(s, c->peer.uid))
+                s->held_others += weight;
         c->n_ref++;
         LIST_PREPEND(c->requests, req);
         /* Waiting for an answer is not idle, however long it takes. */
@@ -507,8 +653,8 @@ static void conn_idle_start(ControlConnection *c) {
         ControlServer *s = c->server;
         uint64_t timeout = s->idle_timeout;
 
-        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > 0 && timeout < CONTROL_WRITE_STALL_MSEC)
-                timeout = CONTROL_WRITE_STALL_MSEC;
+        if (uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) > 0 && timeout < s->write_stall)
+                timeout = s->write_stall;
         c->idle_deadline = uv_now(s->loop) + timeout;
         c->idle_grace = false;
         /* Deadlines only grow, so one armed already comes first, unless the timeout was shortened since. */
@@ -675,13 +821,13 @@ static void server_reject(ControlServer *s) {
 static bool server_admits(const ControlServer *s, uid_t uid, char *why, size_t size) {
         size_t mine = 0;
 
-        if (s->n_connections >= CONTROL_MAX_CONNECTIONS) {
+        if (s->n_connections - s->n_evicting >= CONTROL_MAX_CONNECTIONS) {
                 snprintf(why, size, "too many connections");
                 return false;
         }
-        if (uid == 0 || uid == s->own_uid)
+        if (peer_privileged(s, uid))
                 return true;
-        if (s->n_connections >= CONTROL_MAX_CONNECTIONS - CONTROL_RESERVED) {
+        if (s->n_connections - s->n_evicting >= CONTROL_MAX_CONNECTIONS - CONTROL_RESERVED) {
                 snprintf(why, size, "too many connections: the last %d of %d are kept for root", CONTROL_RESERVED,
                          CONTROL_MAX_CONNECTIONS);
                 return false;
@@ -694,6 +840,28 @@ static bool server_admits(const ControlServer *s, uid_t uid, char *why, size_t s
                 return false;
         }
         return true;
+}
+
+/* Root (or our uid) finds every slot taken: if some of them are its own idle connections (no request open,
+ * nothing left to write: a pool of a root client), the oldest of them is closed with an error line saying
+ * why, so root's own client never locks root out. Its slot counts until its close callback, so the newcomer
+ * is admitted beyond the limit by one meanwhile; connections waiting for an answer are never closed. */
+static void server_make_room(ControlServer *s, uid_t uid) {
+        ControlConnection *oldest = NULL;
+
+        for (ControlConnection *c = s->connections; c; c = c->next)
+                if (c->peer.uid == uid && !c->requests && !c->closing && !uv_is_closing((uv_handle_t *) &c->pipe) &&
+                    uv_stream_get_write_queue_size((uv_stream_t *) &c->pipe) == 0)
+                        oldest = c; /* the list is newest first */
+        if (!oldest)
+                return;
+        log_debug("Closing the oldest idle control connection of uid %u (pid %d) to admit a new one.", (unsigned) uid,
+                  (int) oldest->peer.pid);
+        conn_try_send_error(oldest, KS_ERR_FAILED,
+                            "too many connections: closed, the oldest idle one of its uid, to admit a newer one");
+        oldest->evicted = true;
+        s->n_evicting++;
+        conn_close(oldest, true);
 }
 
 /* A connection that was accepted but not admitted: never in the list, no requests. */
@@ -762,6 +930,8 @@ static void server_connection_cb(uv_stream_t *listener, int status) {
                 log_warning_errno(r, "Failed to read the credentials of a control peer: %m");
                 return conn_refuse(c, NULL);
         }
+        if (s->n_connections - s->n_evicting >= CONTROL_MAX_CONNECTIONS && peer_privileged(s, c->peer.uid))
+                server_make_room(s, c->peer.uid);
         if (!server_admits(s, c->peer.uid, why, sizeof why)) {
                 if (!s->limit_logged)
                         log_event(LOG_WARNING,
@@ -910,6 +1080,7 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
                 .n_methods = n_methods,
                 .userdata = userdata,
                 .idle_timeout = CONTROL_IDLE_TIMEOUT_MSEC,
+                .write_stall = CONTROL_WRITE_STALL_MSEC,
                 .own_uid = getuid(),
         };
 
@@ -974,6 +1145,10 @@ void control_server_close(ControlServer *s) {
 
 void control_server_set_idle_timeout(ControlServer *s, uint64_t msec) {
         s->idle_timeout = msec > 0 ? msec : CONTROL_IDLE_TIMEOUT_MSEC;
+}
+
+void control_server_set_write_stall(ControlServer *s, uint64_t msec) {
+        s->write_stall = msec > 0 ? msec : CONTROL_WRITE_STALL_MSEC;
 }
 
 size_t control_server_connections(const ControlServer *s) {

@@ -76,6 +76,11 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
  * idle. Tests may set another timeout (msec; 0: the default). */
 void control_server_set_idle_timeout(ControlServer *s, uint64_t msec);
 
+/* How long a peer with replies unwritten may go without taking any piece of
+ * them (a reply is written in pieces of 64 KiB) before it is closed: 60 s;
+ * tests may set another (msec; 0: the default). */
+void control_server_set_write_stall(ControlServer *s, uint64_t msec);
+
 /* The connections open now (metrics). */
 size_t control_server_connections(const ControlServer *s);
 

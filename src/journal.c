@@ -268,11 +268,21 @@ static int journal_scan(Journal *j) {
         return journal_cut(j, off);
 }
 
+/* journals/ for one call: no descriptor is kept between calls (10,000 journals would hold 10,000). */
+static int journal_dir(const Journal *j) {
+        int fd = openat(j->state_dirfd, JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+        return fd < 0 ? -errno : fd;
+}
+
 static int journal_file_open(Journal *j) {
+        _cleanup_close_ int dfd = journal_dir(j);
         struct stat st = {};
         int fd;
 
-        fd = openat(j->dirfd, j->name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
+        if (dfd < 0)
+                return dfd;
+        fd = openat(dfd, j->name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -297,13 +307,39 @@ static int journal_dir_open(int state_dirfd) {
         return fd < 0 ? -errno : fd;
 }
 
+/* The file for one public call (kept open only within it): 1 when opened here (journal_drop closes it), 0
+ * when already open, or -errno. A file that is gone or whose size is not what was written since (someone else
+ * changed it) is -ESTALE: nothing is appended at an offset that no longer means anything. */
+static int journal_hold(Journal *j) {
+        uint64_t size = j->size;
+        int r;
+
+        if (j->fd >= 0)
+                return 0;
+        r = journal_file_open(j);
+        if (r < 0)
+                return r;
+        if (j->size != size) {
+                j->size = size;
+                close(j->fd);
+                j->fd = -1;
+                return -ESTALE;
+        }
+        return 1;
+}
+
+static void journal_drop(Journal *j, int held) {
+        if (held > 0 && j->fd >= 0) {
+                close(j->fd);
+                j->fd = -1;
+        }
+}
+
 Journal *journal_free(Journal *j) {
         if (!j)
                 return NULL;
         if (j->fd >= 0)
                 close(j->fd);
-        if (j->dirfd >= 0)
-                close(j->dirfd);
         free(j->name);
         free(j->offsets);
         free(j->kernels);
@@ -326,13 +362,16 @@ int journal_open(int state_dirfd, const char *name, uint64_t max, Journal **ret)
                 j->name = NULL;
                 return -ENOMEM;
         }
-        j->dirfd = journal_dir_open(state_dirfd);
-        if (j->dirfd < 0)
-                return j->dirfd;
+        j->state_dirfd = state_dirfd;
+        r = journal_dir_open(state_dirfd);
+        if (r < 0)
+                return r;
+        close(r);
         r = journal_file_open(j);
         if (r < 0)
                 return r;
         r = journal_scan(j);
+        journal_drop(j, 1);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(j);
@@ -341,6 +380,18 @@ int journal_open(int state_dirfd, const char *name, uint64_t max, Journal **ret)
 
 /* The file cannot hold what happened any more: record that it is incomplete, or remove it where even that cannot be
  * written, so that no later open takes it for a complete journal. */
+/* Removes tmp (when not NULL) and the journal itself, durably. */
+static void journal_unlink(const Journal *j, const char *tmp) {
+        _cleanup_close_ int dfd = journal_dir(j);
+
+        if (dfd < 0)
+                return;
+        if (tmp)
+                (void) unlinkat(dfd, tmp, 0);
+        if (unlinkat(dfd, j->name, 0) == 0)
+                (void) fsync(dfd);
+}
+
 static void journal_mark_incomplete(Journal *j) {
         static const uint8_t mark[] = { 1, 0, 0, 0, 0, 0, 0, 0, KIND_MARK };
         uint8_t frame[sizeof mark];
@@ -349,20 +400,51 @@ static void journal_mark_incomplete(Journal *j) {
         put_le(frame + 4, journal_crc32(&frame[FRAME_HEAD], 1), 4);
         j->incomplete = true;
         /* Whatever a failed write left past the last good frame goes first. */
-        if (ftruncate(j->fd, (off_t) j->size) == 0 && frame_write(j->fd, j->size, frame, sizeof frame) == 0) {
+        if (j->fd >= 0 && ftruncate(j->fd, (off_t) j->size) == 0 &&
+            frame_write(j->fd, j->size, frame, sizeof frame) == 0) {
                 j->size += sizeof frame;
                 return;
         }
-        if (unlinkat(j->dirfd, j->name, 0) == 0)
-                (void) fsync(j->dirfd);
+        journal_unlink(j, NULL);
 }
 
 void journal_set_incomplete(Journal *j) {
-        if (!j->incomplete)
-                journal_mark_incomplete(j);
+        int held;
+
+        if (j->incomplete)
+                return;
+        held = journal_hold(j);
+        journal_mark_incomplete(j);
+        journal_drop(j, held);
 }
 
+/* journal_hold() for a write: a file that cannot be held makes the journal incomplete. */
+static int journal_hold_write(Journal *j) {
+        int held = journal_hold(j);
+
+        if (held < 0) {
+                j->last_error = held;
+                journal_mark_incomplete(j);
+        }
+        return held;
+}
+
+static int journal_append_held(Journal *j, const JournalEntry *e);
+
 int journal_append(Journal *j, const JournalEntry *e) {
+        int held, r;
+
+        if (j->incomplete)
+                return -ESTALE;
+        held = journal_hold_write(j);
+        if (held < 0)
+                return held;
+        r = journal_append_held(j, e);
+        journal_drop(j, held);
+        return r;
+}
+
+static int journal_append_held(Journal *j, const JournalEntry *e) {
         size_t client_len = e->client ? strnlen(e->client, JOURNAL_CLIENT_MAX) : 0;
         size_t len = CELL_HEAD + client_len + e->code_len;
         _cleanup_free_ uint8_t *frame = NULL;
@@ -407,17 +489,40 @@ int journal_append(Journal *j, const JournalEntry *e) {
 int journal_read(Journal *j, size_t i, JournalEntry *ret) {
         _cleanup_free_ uint8_t *p = NULL;
         size_t len;
-        int r;
+        int held, r;
 
         if (i >= j->n)
                 return -ERANGE;
+        held = journal_hold(j);
+        if (held < 0)
+                return held;
         r = frame_read(j, j->offsets[i], &p, &len);
+        journal_drop(j, held);
         if (r < 0)
                 return r;
         return cell_parse(p, len, ret);
 }
 
+static int journal_add_kernel_held(Journal *j, const char *kernel_id);
+
 int journal_add_kernel(Journal *j, const char *kernel_id) {
+        int held, r;
+
+        if (strlen(kernel_id) != 36)
+                return -EINVAL;
+        if (j->incomplete)
+                return -ESTALE;
+        if (journal_has_kernel(j, kernel_id))
+                return 0;
+        held = journal_hold_write(j);
+        if (held < 0)
+                return held;
+        r = journal_add_kernel_held(j, kernel_id);
+        journal_drop(j, held);
+        return r;
+}
+
+static int journal_add_kernel_held(Journal *j, const char *kernel_id) {
         uint8_t frame[KERNEL_FRAME];
         int r;
 
@@ -448,12 +553,14 @@ int journal_add_kernel(Journal *j, const char *kernel_id) {
 
 /* Writes the new file next to the old one: the header, the first n cells' frames as they are, and kernel_id. */
 static int journal_write_new(Journal *j, const char *tmp, size_t n, const char *kernel_id) {
-        _cleanup_close_ int fd = -1;
+        _cleanup_close_ int fd = -1, dfd = journal_dir(j);
         uint64_t off = HEADER_SIZE;
         int r;
 
-        (void) unlinkat(j->dirfd, tmp, 0);
-        fd = openat(j->dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (dfd < 0)
+                return dfd;
+        (void) unlinkat(dfd, tmp, 0);
+        fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
         r = pwrite_all(fd, JOURNAL_MAGIC, HEADER_SIZE, 0);
@@ -483,26 +590,46 @@ static int journal_write_new(Journal *j, const char *tmp, size_t n, const char *
         return r;
 }
 
+static int journal_rewrite_held(Journal *j, size_t n, const char *kernel_id);
+
 int journal_rewrite(Journal *j, size_t n, const char *kernel_id) {
-        char tmp[NAME_MAX + 1];
-        int r;
+        int held, r;
 
         if (kernel_id && strlen(kernel_id) != 36)
                 return -EINVAL;
+        /* n == 0 copies nothing of the old file, which may be gone (an incomplete journal). */
+        held = journal_hold(j);
+        if (held < 0 && n > 0 && j->n > 0)
+                n = 0;
+        r = journal_rewrite_held(j, n, kernel_id);
+        journal_drop(j, held > 0 || j->fd >= 0 ? 1 : 0);
+        return r;
+}
+
+static int journal_rewrite_renamed(Journal *j, const char *tmp) {
+        _cleanup_close_ int dfd = journal_dir(j);
+
+        if (dfd < 0)
+                return dfd;
+        if (renameat(dfd, tmp, dfd, j->name) < 0 || fsync(dfd) < 0)
+                return -errno;
+        return 0;
+}
+
+static int journal_rewrite_held(Journal *j, size_t n, const char *kernel_id) {
+        char tmp[NAME_MAX + 1];
+        int r;
+
         if (n > j->n)
                 n = j->n;
         snprintf(tmp, sizeof tmp, "%s.new", j->name);
         r = journal_write_new(j, tmp, n, kernel_id);
-        if (r >= 0 && renameat(j->dirfd, tmp, j->dirfd, j->name) < 0)
-                r = -errno;
-        if (r >= 0 && fsync(j->dirfd) < 0)
-                r = -errno;
+        if (r >= 0)
+                r = journal_rewrite_renamed(j, tmp);
         if (r < 0) {
                 /* The old journal must not outlive the namespace it rebuilds: without a file, nothing is
                  * replayed. */
-                (void) unlinkat(j->dirfd, tmp, 0);
-                (void) unlinkat(j->dirfd, j->name, 0);
-                (void) fsync(j->dirfd);
+                journal_unlink(j, tmp);
                 j->incomplete = true;
                 j->last_error = r;
                 return r;

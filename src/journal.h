@@ -54,8 +54,8 @@ typedef struct JournalEntry {
 void journal_entry_done(JournalEntry *e); /* frees client and code, zeroes */
 
 typedef struct Journal {
-        int dirfd; /* journals/, owned */
-        int fd;    /* owned */
+        int state_dirfd; /* borrowed: the caller keeps it open while the journal lives */
+        int fd;          /* owned; open only within a call (-1 between calls), so a journal holds no descriptor */
         char *name;
         uint64_t max;
         uint64_t size;     /* bytes in the file */
@@ -72,7 +72,10 @@ typedef struct Journal {
  * frame and cuts off a torn or corrupt tail (j->cut says how much). A file that is not a journal (wrong header) is
  * treated as corrupt from its start: it is emptied. -EINVAL when context_name_valid(name) is false or max is below
  * 4 KiB; a symlink at journals/ or at the file is never followed (-ELOOP/-ENOTDIR); -EISDIR or -EINVAL for a file
- * that is not a regular file. *ret (owned by the caller, journal_free) is written only on success. */
+ * that is not a regular file. *ret (owned by the caller, journal_free) is written only on success. state_dirfd is
+ * borrowed and must stay open while the journal lives: no descriptor is held between calls (each call opens
+ * journals/ and the file, and closes them), so 10,000 contexts with restore = replay cost no descriptors. A file
+ * changed behind the journal's back between calls (its size is not what was written) is -ESTALE to an append. */
 int journal_open(int state_dirfd, const char *name, uint64_t max, Journal **ret);
 Journal *journal_free(Journal *j); /* NULL-safe, returns NULL */
 static inline void journal_freep(Journal **j) {

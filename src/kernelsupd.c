@@ -1,6 +1,7 @@
 /* kernelsupd: parses options, loads the config, runs the supervisor. */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,10 @@ int main(int argc, char *argv[]) {
                 return 0;
         }
 
+        /* Buffers of 128 KiB or more (a request line, a cell's code, a message of the kernel) are mmapped, so
+         * freeing them gives their memory back; glibc would otherwise raise this threshold to the largest
+         * buffer freed, keeping the next ones in a heap it rarely returns. */
+        (void) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
         /* A peer that hangs up mid-reply must not end us; writes see EPIPE instead. */
         signal(SIGPIPE, SIG_IGN);
         /* About ten descriptors per kernel (sockets, pidfd, output pipe): raise the soft limit to the hard one,

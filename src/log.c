@@ -19,21 +19,41 @@ int log_max_level = LOG_INFO;
  * priority prefix, so levels survive; on a terminal the prefix would be noise. */
 static int use_prefix = -1;
 
-void log_internal(int level, int error, const char *fmt, ...) {
+/* The one place where every log line passes: control characters (a newline, ESC, DEL) of names and of
+ * any other text a user controls (a contexts.d file name, a kernel's words) are written as \xNN, so no
+ * text splits a line into two or reaches a terminal as an escape sequence. Backslashes stay as they
+ * are. dst holds 4 * strlen(src) + 1. */
+static void log_escape(char *dst, const char *src) {
+        for (const unsigned char *p = (const unsigned char *) src; *p; p++)
+                if (*p < 0x20 || *p == 0x7f)
+                        dst += sprintf(dst, "\\x%02x", *p);
+                else
+                        *dst++ = (char) *p;
+        *dst = '\0';
+}
+
+static void log_write(int level, const char *text) {
         static const char *const names[] = { "emergency: ", "alert: ", "critical: ", "error: ", "warning: " };
-        char buf[4096];
-        va_list ap;
+        char buf[4 * 4096 + 1];
 
         if (use_prefix < 0)
                 use_prefix = getenv("JOURNAL_STREAM") != NULL;
-        errno = error; /* so %m names the error we were given */
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
+        log_escape(buf, text);
         if (use_prefix)
                 fprintf(stderr, "<%d>%s\n", level, buf);
         else
                 fprintf(stderr, "%s%s\n", level <= LOG_WARNING ? names[level] : "", buf);
+}
+
+void log_internal(int level, int error, const char *fmt, ...) {
+        char buf[4096];
+        va_list ap;
+
+        errno = error; /* so %m names the error we were given */
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        log_write(level, buf);
 }
 
 /* journald's native socket. sd_journal_sendv() reports success when it does not exist ("fail silently if
@@ -100,15 +120,17 @@ static int event_send(int level, const LogEvent *ev, const char *message) {
 }
 
 void log_event(int level, const LogEvent *ev, const char *fmt, ...) {
-        char buf[4096];
+        char buf[4096], text[4 * sizeof buf + 1];
         va_list ap;
 
         if (level > log_max_level)
                 return;
+
         va_start(ap, fmt);
         vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
-        if (stderr_is_journal() && event_send(level, ev, buf) >= 0)
+        log_escape(text, buf);
+        if (stderr_is_journal() && event_send(level, ev, text) >= 0)
                 return;
-        log_internal(level, 0, "%s", buf);
+        log_write(level, buf);
 }

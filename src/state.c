@@ -4,7 +4,9 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -145,6 +147,40 @@ static int supervisor_state_from_json(const json_t *j, SupervisorState *ret) {
 static json_t *supervisor_state_to_json(const SupervisorState *s) {
         return json_pack("{s:I, s:s, s:I, s:I}", "generation", (json_int_t) s->generation, "boot_id", s->boot_id,
                          "pid", (json_int_t) s->pid, "started_at", (json_int_t) s->started_at);
+}
+
+/* The pid a lock file holds, 0 if it holds none. */
+static pid_t lock_holder(int fd) {
+        char buf[32] = "";
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        long pid;
+
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        pid = strtol(buf, NULL, 10);
+        return pid > 0 && pid <= INT_MAX ? (pid_t) pid : 0;
+}
+
+int state_dir_lock(int state_dirfd, pid_t *ret_holder) {
+        _cleanup_close_ int fd = -1;
+        char buf[32];
+        int n;
+
+        fd = openat(state_dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+        if (fd < 0)
+                return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                int r = -errno;
+                if (r == -EWOULDBLOCK && ret_holder)
+                        *ret_holder = lock_holder(fd);
+                return r;
+        }
+        /* The pid is for the message of a daemon refused; the lock holds without it (a full disk). */
+        n = snprintf(buf, sizeof buf, "%d\n", (int) getpid());
+        if (ftruncate(fd, 0) == 0)
+                (void) !pwrite(fd, buf, (size_t) n, 0);
+        return TAKE_FD(fd);
 }
 
 int state_supervisor_start(int state_dirfd, SupervisorState *ret) {

@@ -20,6 +20,13 @@ typedef struct SupervisorState {
         usec_t started_at; /* CLOCK_REALTIME */
 } SupervisorState;
 
+/* Takes the lock of the state directory: flock(LOCK_EX) on its file "lock"
+ * (made 0600 if missing), which then holds our pid. Returns the lock's fd
+ * (O_CLOEXEC; the caller keeps it open for the daemon's life and closes it),
+ * or -EWOULDBLOCK when another process holds it, with *ret_holder its pid
+ * (0 if unknown), or -errno. Nothing else of the directory is touched. */
+int state_dir_lock(int state_dirfd, pid_t *ret_holder);
+
 /* Reads supervisor.json (a missing file is generation 0), increments the
  * generation, records boot_id, pid and started_at, and writes it back before
  * returning it. A corrupt file is moved aside to supervisor.json.corrupt and

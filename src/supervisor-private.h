@@ -22,6 +22,7 @@ struct Supervisor {
         void *zmq;      /* the one libzmq context */
         Config *config; /* owned */
         int state_dirfd;
+        int lock_fd;            /* flock(LOCK_EX) on state_dir/lock: one daemon per state_dir */
         SupervisorState sstate; /* generation, boot_id, pid, started_at */
         bool pid1;              /* we are a container's init */
         ContextHost host;       /* what every context is given */

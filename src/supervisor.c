@@ -486,6 +486,30 @@ static int fail(char **ret_error, int r, const char *what, const char *path, con
         return r;
 }
 
+/* One daemon per state_dir: a second one on another socket would adopt the first's kernels, journal
+ * them too and stop them on its exit. */
+static int supervisor_lock_state_dir(Supervisor *s, char **ret_error) {
+        const char *dir = s->config->state_dir;
+        pid_t holder = 0;
+        char *msg;
+        int r;
+
+        r = state_dir_lock(s->state_dirfd, &holder);
+        if (r >= 0) {
+                s->lock_fd = r;
+                return 0;
+        }
+        if (r != -EWOULDBLOCK)
+                return fail(ret_error, r, "Failed to lock state_dir", dir, NULL);
+        if (holder > 0
+                    ? asprintf(&msg, "state_dir %s is in use by another kernelsupd (pid %d, holding %s/lock)", dir,
+                               (int) holder, dir) < 0
+                    : asprintf(&msg, "state_dir %s is in use by another kernelsupd (holding %s/lock)", dir, dir) < 0)
+                return -ENOMEM;
+        *ret_error = msg;
+        return -EBUSY;
+}
+
 int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaults, Supervisor **ret,
                    char **ret_error) {
         _cleanup_free_ char *sockdir = NULL, *kdir = NULL, *cdir = NULL;
@@ -501,6 +525,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         s->loop = loop;
         s->config = config;
         s->state_dirfd = -1;
+        s->lock_fd = -1;
         s->signal_fd = -1;
         s->default_runtime_dir = strdup(defaults->runtime_dir);
         s->default_state_dir = strdup(defaults->state_dir);
@@ -519,6 +544,41 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         s->state_dirfd = open_dir_nofollow(config->state_dir);
         if (s->state_dirfd < 0) {
                 r = fail(ret_error, s->state_dirfd, "Failed to open state_dir", config->state_dir, NULL);
+                goto err;
+        }
+        /* Nothing is written before the lock of state_dir and the control socket are ours: a second
+         * daemon is refused having changed nothing. The handlers run only from the loop, later. */
+        r = supervisor_lock_state_dir(s, ret_error);
+        if (r < 0)
+                goto err;
+        r = handlers_new(
+                &(HandlersHost){
+                        .loop = loop,
+                        .userdata = s,
+                        .find = supervisor_find_cb,
+                        .contexts = supervisor_contexts,
+                        .stopping = supervisor_stopping,
+                        .status = supervisor_status,
+                        .reload = supervisor_reload_cb,
+                        .contexts_dir = supervisor_contexts_dir,
+                        .metrics = supervisor_metrics,
+                },
+                &s->handlers);
+        if (r < 0)
+                goto err;
+        r = path_split(config->socket_path, &sockdir, &name);
+        if (r >= 0)
+                r = mkdir_p(sockdir, 0755);
+        if (r < 0) {
+                r = fail(ret_error, r, "Failed to create the directory of socket", config->socket_path, NULL);
+                goto err;
+        }
+        methods = handlers_methods(s->handlers, &n_methods);
+        r = control_server_new(loop, config->socket_path, notify_listen_fd(), (gid_t) -1, methods, n_methods,
+                               s->handlers, &s->control);
+        if (r < 0) {
+                r = fail(ret_error, r, "Failed to listen on", config->socket_path,
+                         r == -EADDRINUSE ? " (is another kernelsupd running?)" : NULL);
                 goto err;
         }
         r = state_supervisor_start(s->state_dirfd, &s->sstate);
@@ -576,22 +636,6 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                              &s->host.preload);
         if (r < 0)
                 goto err;
-        r = handlers_new(
-                &(HandlersHost){
-                        .loop = loop,
-                        .userdata = s,
-                        .find = supervisor_find_cb,
-                        .contexts = supervisor_contexts,
-                        .stopping = supervisor_stopping,
-                        .status = supervisor_status,
-                        .reload = supervisor_reload_cb,
-                        .contexts_dir = supervisor_contexts_dir,
-                        .metrics = supervisor_metrics,
-                },
-                &s->handlers);
-        if (r < 0)
-                goto err;
-
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));
         if (!s->contexts) {
                 r = -ENOMEM;
@@ -612,21 +656,6 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                         log_warning("%s: %s", config->contexts[i].name, warning);
         }
 
-        r = path_split(config->socket_path, &sockdir, &name);
-        if (r >= 0)
-                r = mkdir_p(sockdir, 0755);
-        if (r < 0) {
-                r = fail(ret_error, r, "Failed to create the directory of socket", config->socket_path, NULL);
-                goto err;
-        }
-        methods = handlers_methods(s->handlers, &n_methods);
-        r = control_server_new(loop, config->socket_path, notify_listen_fd(), (gid_t) -1, methods, n_methods,
-                               s->handlers, &s->control);
-        if (r < 0) {
-                r = fail(ret_error, r, "Failed to listen on", config->socket_path,
-                         r == -EADDRINUSE ? " (is another kernelsupd running?)" : NULL);
-                goto err;
-        }
         r = notify_new(loop, &s->notify);
         if (r < 0)
                 goto err;
@@ -705,6 +734,8 @@ void supervisor_free(Supervisor *s) {
                 zmq_ctx_term(s->zmq);
         if (s->state_dirfd >= 0)
                 close(s->state_dirfd);
+        if (s->lock_fd >= 0)
+                close(s->lock_fd);
         if (s->signal_fd >= 0)
                 close(s->signal_fd);
         config_free(s->config);

@@ -39,6 +39,7 @@ from harness_proc import (  # noqa: F401 - re-exported: tests use harness.X
     cgroup_paths,
     proc_cgroups,
     proc_stat,
+    proc_status_kib,
     proc_cmdline,
     proc_environ,
     all_pids,

@@ -33,6 +33,15 @@ def proc_stat(pid):
     return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
 
 
+def proc_status_kib(pid, key):
+    """A "KEY: N kB" field of /proc/PID/status (VmRSS, VmHWM) in KiB; ValueError when it has none."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise ValueError(f"no {key} in /proc/{pid}/status")
+
+
 def proc_cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

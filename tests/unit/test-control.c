@@ -592,6 +592,84 @@ static void test_server_slow_reader(const char *path) {
         client_done(&c);
 }
 
+/* Reads c at about 16 KiB every 20 ms until the reply to id comes (true) or the
+ * stream ends (false); keeps the loop running between reads. */
+static bool client_read_slowly(Client *c, int id, size_t *ret_bytes) {
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + 60 * USEC_PER_SEC;
+        char buf[16384];
+
+        *ret_bytes = 0;
+        while (now_usec(CLOCK_MONOTONIC) < deadline) {
+                char *line;
+                ssize_t k;
+
+                for (usec_t until = now_usec(CLOCK_MONOTONIC) + 20 * USEC_PER_MSEC; now_usec(CLOCK_MONOTONIC) < until;)
+                        uv_run(&loop, UV_RUN_NOWAIT);
+                k = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN))
+                        return false;
+                if (k < 0)
+                        continue;
+                *ret_bytes += (size_t) k;
+                if (c->len + (size_t) k > c->alloc) {
+                        c->alloc = c->len + (size_t) k + 65536;
+                        c->buf = realloc(c->buf, c->alloc);
+                }
+                memcpy(c->buf + c->len, buf, (size_t) k);
+                c->len += (size_t) k;
+                while (memchr(c->buf, '\n', c->len) && (line = client_read_line(c))) {
+                        RpcMessage m;
+                        bool last = false;
+
+                        if (protocol_parse_message(line, strlen(line), &m) == 0) {
+                                last = reply_is_result(&m, id);
+                                rpc_message_done(&m);
+                        }
+                        free(line);
+                        if (last)
+                                return true;
+                }
+        }
+        return false;
+}
+
+/* The write-stall clock, shortened here to 2 s (the idle timeout to 100 ms): a reader that keeps taking an 8 MiB
+ * line at 16 KiB per 20 ms (10 s in all) keeps it, since the clock restarts at each 64 KiB piece it takes; one that
+ * stops reading is closed. */
+static void test_server_steady_reader(ControlServer *s, const char *path) {
+        int rcvbuf = 4096;
+        size_t got = 0;
+        bool whole;
+        Client c;
+
+        control_server_set_write_stall(s, 2000);
+        control_server_set_idle_timeout(s, 100); /* below the stall, as the defaults are */
+        is_int(client_connect(path, &c), 0, "connect a steady slow reader");
+        (void) setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+        spew(&c, 1, 8 * 1024 * 1024, 0);
+        whole = client_read_slowly(&c, 31, &got);
+        ok(whole, "a reader taking 16 KiB each 20 ms gets the whole 8 MiB line and the reply (%zu bytes read)", got);
+        client_done(&c);
+
+        is_int(client_connect(path, &c), 0, "connect a reader that stops");
+        (void) setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+        spew(&c, 1, 2 * 1024 * 1024, 0);
+        {
+                usec_t deadline = now_usec(CLOCK_MONOTONIC) + 30 * USEC_PER_SEC;
+
+                while (control_server_connections(s) > 0 && now_usec(CLOCK_MONOTONIC) < deadline) {
+                        struct pollfd p = { .fd = uv_backend_fd(&loop), .events = POLLIN };
+
+                        (void) poll(&p, 1, 50);
+                        uv_run(&loop, UV_RUN_NOWAIT);
+                }
+        }
+        is_int(control_server_connections(s), 0, "one that reads nothing more is closed after the write stall");
+        client_done(&c);
+        control_server_set_write_stall(s, 0);
+        control_server_set_idle_timeout(s, 0);
+}
+
 /* The idle timeout, shortened here to 300 ms: a silent peer and one that trickles bytes are closed with an error
  * line; one that waits for an answer is not idle, and after the answer its clock runs again; a request that came in
  * time while the loop was busy is answered, not mistaken for silence. */
@@ -674,6 +752,26 @@ static void test_server_connection_limit(const char *path) {
                 if (client_connect(path, &clients[i]) == 0 && client_echo_works(&clients[i], 100 + i))
                         n_ok++;
         is_int(n_ok, 256, "256 connections are served");
+
+        /* All idle and of our own uid: a newcomer of that uid closes the oldest of them, not itself. */
+        is_int(client_connect(path, &extra), 0, "a 257th of the same uid connects while the others are idle");
+        ok(client_echo_works(&extra, 97), "and is served");
+        ok(client_read_message(&clients[0], &m) && reply_is_error(&m, KS_ERR_FAILED) &&
+                   strstr(m.message, "closed, the oldest idle one of its uid"),
+           "the oldest idle connection is told why it is closed");
+        rpc_message_done(&m);
+        ok(client_closed_by_server(&clients[0]), "and is closed");
+        client_done(&clients[0]);
+        clients[0] = extra;
+
+        /* All busy (a request open on each): a newcomer is refused. */
+        n_ok = 0;
+        for (int i = 0; i < 256; i++) {
+                _cleanup_free_ char *hold = protocol_request(400 + i, "hold", json_object());
+
+                n_ok += client_send_str(&clients[i], hold) == 0;
+        }
+        ok(n_ok == 256 && client_echo_works(&clients[255], 96), "a request held open on each of the 256");
 
         is_int(client_connect(path, &extra), 0, "the 257th connects");
         ok(client_read_message(&extra, &m) && reply_is_error(&m, KS_ERR_FAILED) && json_is_null(m.id) &&
@@ -808,6 +906,7 @@ static void test_server(void) {
         test_server_line_limit(path);
         test_server_disconnects(path);
         test_server_slow_reader(path);
+        test_server_steady_reader(s, path);
         test_server_idle(s, path);
         test_server_connection_limit(path);
         test_server_paths(path);
