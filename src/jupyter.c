@@ -462,13 +462,29 @@ void kernel_conn_close(KernelConn *c) {
                 conn_free(c);
 }
 
-/* Receives one whole multipart message without blocking. -EAGAIN when none is queued. */
+/* Whether the next frame received after parts[0..n) is kept: up to RECV_MAX_FRAMES, and none after the
+ * signature and four dicts that follow a delimiter (a message's buffers are never read). *delim is the
+ * delimiter's index once seen, SIZE_MAX before. */
+static bool frame_kept(const zmq_msg_t *parts, size_t n, size_t *delim) {
+        zmq_msg_t *last = n > 0 ? (zmq_msg_t *) &parts[n - 1] : NULL;
+
+        if (*delim == SIZE_MAX && last && zmq_msg_size(last) == DELIM_LEN &&
+            memcmp(zmq_msg_data(last), JUPYTER_DELIM, DELIM_LEN) == 0)
+                *delim = n - 1;
+        if (n >= RECV_MAX_FRAMES)
+                return false;
+        return *delim == SIZE_MAX || n <= *delim + 5;
+}
+
+/* Receives one whole multipart message without blocking. -EAGAIN when none is queued. A frame not kept (a
+ * buffer) is released as soon as it is read: libzmq has the whole message already (it hands over none before
+ * its last frame), but what the daemon holds while it parses is the envelope and the dicts alone. */
 static int sock_recv(void *sock, zmq_msg_t parts[RECV_MAX_FRAMES], size_t *ret_n) {
-        size_t n = 0;
+        size_t n = 0, delim = SIZE_MAX;
         bool more = true;
 
         while (more) {
-                zmq_msg_t extra, *m = n < RECV_MAX_FRAMES ? &parts[n] : &extra;
+                zmq_msg_t extra, *m = frame_kept(parts, n, &delim) ? &parts[n] : &extra;
 
                 zmq_msg_init(m);
                 if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {

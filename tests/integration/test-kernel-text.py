@@ -31,6 +31,19 @@ def stream_text(outputs, name="stdout"):
     return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == name)
 
 
+ESCAPED = """import json, sys
+from jupyter_client.jsonutil import json_default
+_s = get_ipython().kernel.session
+_p = _s.pack
+_s.pack = lambda o: json.dumps(o, default=json_default).encode()
+try:
+    {}
+    sys.stdout.flush()
+finally:
+    _s.pack = _p
+"""
+
+
 def test_surrogates(tap, d):
     r = d.ctl("exec", "t", SURROGATE_PRINT)
     tap.eq((r.returncode, r.stdout), (0, SURROGATE_WANT + "[ok #1]\n"),
@@ -54,6 +67,12 @@ def test_surrogates(tap, d):
            "display_data with a surrogate in two MIME types: both arrive, with U+FFFD", r.stdout[-500:])
     r = d.ctl("exec", "t", "display({'text/plain': 'caf\\udce9.txt'}, raw=True)")
     tap.eq((r.returncode, r.stdout.split("\n")[0]), (0, f"caf{FFFD}.txt"), "text: the display's text/plain")
+
+    # A kernel whose session writes JSON with ensure_ascii (as Python's json does by default): the escape.
+    r = d.ctl("exec", "t", ESCAPED.format(SURROGATE_PRINT), "--json")
+    j = parse_json(r.stdout)
+    tap.eq((r.returncode, stream_text(j.get("outputs", []))), (0, SURROGATE_WANT),
+           "a kernel that sends the \\udcff escape: the three lines, U+FFFD", r.stdout[-500:])
 
     r = d.ctl("exec", "t", "raise ValueError('name \\udcff')")
     tap.eq(r.returncode, 7, "raise ValueError('name \\udcff'): exit 7, an error", r.stdout + r.stderr)
@@ -106,18 +125,16 @@ def test_username_nul(tap, d):
 
 
 def test_history_surrogate(tap, d):
-    kc = harness.KernelClient(d.context("t")["connection_file"], timeout=60)
-    try:
-        res = kc.run("name = 'caf\udce9.txt'")
-    finally:
-        kc.close()
-    tap.eq(res["status"], "ok", "an outside client runs code holding a lone surrogate")
-    # t has no journal; r has: the same through r.
+    # jupyter_client writes a surrogateescape str as its raw byte (ensure_ascii=False, surrogateescape), which
+    # the kernel reads as U+FFFD. (Code holding the surrogate itself, sent as an escape, is refused by IPython
+    # 8: should_run_async raises and the cell gets no reply.)
     kc = harness.KernelClient(d.context("r")["connection_file"], timeout=60)
     try:
-        res = kc.run("sname = 'caf\udce9.txt'")
+        res = kc.run("sname = 'caf\udce9.txt'; print(sname)")
     finally:
         kc.close()
+    tap.eq((res["status"], res["stdout"]), ("ok", f"caf{FFFD}.txt\n"),
+           "an outside client's cell with a surrogate: ok, U+FFFD in its output")
     r = d.ctl("history", "r")
     tap.contains(r.stdout, f"sname = 'caf{FFFD}.txt'", "kernelctl history: the surrogate cell's code with U+FFFD")
 
