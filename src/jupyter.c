@@ -281,21 +281,7 @@ static size_t json_repair_into(const char *p, size_t len, char *out, size_t *ret
 }
 
 int jupyter_json_repair(const char *p, size_t len, char **ret, size_t *ret_len) {
-        size_t rewritten, n = json_repair_into(p, len, NULL, &rewritten);
-        char *out;
-
-        if (rewritten == 0) {
-                *ret = NULL;
-                return 0;
-        }
-        out = malloc(n + 1);
-        if (!out)
-                return -ENOMEM;
-        (void) json_repair_into(p, len, out, &rewritten);
-        out[n] = '\0';
-        *ret = out;
-        *ret_len = n;
-        return 1;
+        return text_rewrite(p, len, json_repair_into, ret, ret_len);
 }
 
 /* One dict of a message, read as jupyter_msg_parse() says; NULL when it is not JSON (or out of memory). */

@@ -704,22 +704,26 @@ static size_t utf8_repair_into(const char *s, size_t len, char *out, size_t *ret
         return o;
 }
 
-int utf8_repair(const char *s, size_t len, char **ret, size_t *ret_len) {
-        size_t replaced, n = utf8_repair_into(s, len, NULL, &replaced);
+int text_rewrite(const char *s, size_t len, TextRewriter into, char **ret, size_t *ret_len) {
+        size_t rewritten, n = into(s, len, NULL, &rewritten);
         char *out;
 
-        if (replaced == 0) {
+        if (rewritten == 0) {
                 *ret = NULL;
                 return 0;
         }
         out = malloc(n + 1);
         if (!out)
                 return -ENOMEM;
-        (void) utf8_repair_into(s, len, out, &replaced);
+        (void) into(s, len, out, &rewritten);
         out[n] = '\0';
         *ret = out;
         *ret_len = n;
         return 1;
+}
+
+int utf8_repair(const char *s, size_t len, char **ret, size_t *ret_len) {
+        return text_rewrite(s, len, utf8_repair_into, ret, ret_len);
 }
 
 json_t *json_string_lossy(const char *s) {

@@ -97,6 +97,13 @@ int write_string_file(const char *path, const char *value);
  * points over U+10FFFF are ill-formed. */
 size_t utf8_sequence(const char *p, size_t len, size_t *ret_bad);
 
+/* Copies s[0..len) rewritten to out (NULL: only counts); returns the length written, and the number of units
+ * rewritten in *ret_rewritten. */
+typedef size_t (*TextRewriter)(const char *s, size_t len, char *out, size_t *ret_rewritten);
+/* Runs into twice (to count, then to write): 0 with *ret NULL when it rewrote nothing (nothing copied), 1 with
+ * *ret a new NUL-terminated buffer of *ret_len bytes (the caller frees it), -ENOMEM. */
+int text_rewrite(const char *s, size_t len, TextRewriter into, char **ret, size_t *ret_len);
+
 /* The text s[0..len) with each ill-formed UTF-8 subpart replaced by U+FFFD (EF BF BD); NUL bytes are kept.
  * Returns 0 and sets *ret to NULL when s is valid UTF-8 already (nothing copied), 1 with *ret a new
  * NUL-terminated buffer (the caller frees it) of *ret_len bytes when something was replaced, -ENOMEM. */

@@ -11,6 +11,7 @@
  * changes nothing. */
 #include "fuzz-util.h"
 #include "jupyter.h"
+#include "util.h"
 
 #define MAX_FRAMES 16
 #define KEY "5f3b4c2a-fuzz-key-0000000000000000"

@@ -139,6 +139,27 @@ def test_history_surrogate(tap, d):
     tap.contains(r.stdout, f"sname = 'caf{FFFD}.txt'", "kernelctl history: the surrogate cell's code with U+FFFD")
 
 
+def test_client_header(tap, d):
+    """R4: a client header the daemon could not parse (an int over jansson's range, a NUL) hid the cell."""
+    kc = harness.KernelClient(d.context("r")["connection_file"], timeout=60)
+    try:
+        for i, extra in enumerate((10**30, "a\x00b")):
+            msg = kc.kc.session.msg("execute_request", {"code": f"hdr{i} = {i} + 1", "silent": False,
+                                                        "store_history": True, "user_expressions": {},
+                                                        "allow_stdin": False, "stop_on_error": True})
+            msg["header"]["x"] = extra
+            kc.kc.shell_channel.send(msg)
+            reply = kc.kc.get_shell_msg(timeout=harness.scaled(60))
+            tap.eq(reply["content"].get("status"), "ok", f"a client header holding {extra!r}: the cell ran")
+    finally:
+        kc.close()
+    # The daemon reads iopub in order: once its own cell has ended, the client's cells' idles were read.
+    d.ctl("exec", "r", "pass")
+    r = d.ctl("history", "r")
+    tap.contains(r.stdout, "hdr0 = 0 + 1", "history: the cell whose header held 10**30 is journaled")
+    tap.contains(r.stdout, "hdr1 = 1 + 1", "history: the cell whose header held a NUL is journaled")
+
+
 # The cell waits (an Event, not a sleep) until the watcher thread has handed the marker to sys.stdout.
 WATCH = """import subprocess, sys, threading
 seen = threading.Event()
@@ -186,6 +207,8 @@ def test(tap):
         test_replay_nul(tap, d)
     with tap.guard("username with a NUL"):
         test_username_nul(tap, d)
+    with tap.guard("client headers"):
+        test_client_header(tap, d)
     with tap.guard("history of a surrogate cell"):
         test_history_surrogate(tap, d)
     d.check_log()
