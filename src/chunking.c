@@ -24,7 +24,13 @@
  * the stream writes for (its parent msg_id), for the latest 16 requests
  * (another client's cells are never asked for); it never raises, so a write
  * fails only as ipykernel's does. take() gives and forgets the count of the
- * request running now. Held in a ''' string: no backslash and no ''' in
+ * request running now. rewatch() replaces ipykernel 6.17's pipe watcher (the
+ * thread that relays what subprocesses write to fds 1 and 2), which decodes
+ * each 1000-byte read whole and dies, for the kernel's life, on a byte that is
+ * not UTF-8 or a character cut at the boundary: the old thread is ended by
+ * one invalid byte written into its pipe (it dies before relaying it), and a
+ * thread with an incremental decoder (errors="replace", as U+FFFD) reads the
+ * same pipe from then on; one that already died is replaced too. Held in a ''' string: no backslash and no ''' in
  * here (a unit test checks). */
 static const char patch_code[] =
         "import functools\n"
@@ -114,7 +120,53 @@ static const char patch_code[] =
         "    chunked_write.kernelsup_written = holder\n"
         "    OutStream.write = chunked_write\n"
         "\n"
+        "def watcher(stream):\n"
+        "    import codecs\n"
+        "    import os\n"
+        "    decoder = codecs.getincrementaldecoder('utf-8')('replace')\n"
+        "\n"
+        "    def run():\n"
+        "        try:\n"
+        "            data = os.read(stream._fid, 1000)\n"
+        "            while data and stream._should_watch:\n"
+        "                text = decoder.decode(data)\n"
+        "                if text:\n"
+        "                    stream.write(text)\n"
+        "                os.write(stream._original_stdstream_copy, data)\n"
+        "                data = os.read(stream._fid, 1000)\n"
+        "        except Exception:\n"
+        "            stream._exc = sys.exc_info()\n"
+        "    return run\n"
+        "\n"
+        "def rewatch(stream, fd):\n"
+        "    import os\n"
+        "    old = getattr(stream, 'watch_fd_thread', None)\n"
+        "    if old is None or getattr(old, 'kernelsup_watch', False):\n"
+        "        return\n"
+        "    if not getattr(stream, '_should_watch', False):\n"
+        "        return\n"
+        "    if os.fstat(fd).st_ino != os.fstat(stream._fid).st_ino:\n"
+        "        return\n"
+        "    if old.is_alive():\n"
+        "        os.write(fd, bytes([255]))\n"
+        "        old.join(10)\n"
+        "        if old.is_alive():\n"
+        "            return\n"
+        "    stream._exc = None\n"
+        "    new = threading.Thread(target=watcher(stream), daemon=True)\n"
+        "    new.kernelsup_watch = True\n"
+        "    stream.watch_fd_thread = new\n"
+        "    new.start()\n"
+        "\n"
+        "def rewatch_all():\n"
+        "    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):\n"
+        "        try:\n"
+        "            rewatch(stream, fd)\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "\n"
         "def outcome(chunk):\n"
+        "    rewatch_all()\n"
         "    try:\n"
         "        patch(chunk)\n"
         "    except Exception as e:\n"

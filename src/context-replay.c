@@ -325,6 +325,21 @@ void context_replay_launched(Context *c) {
                 journal_warn(c, r, "cannot be started");
 }
 
+/* A journal written by an older kernelsup (or edited) may hold code that is not UTF-8, which JSON cannot carry:
+ * it is sent with U+FFFD in place of each bad unit, as the kernel would have read it from any other client. */
+static int entry_code_repair(JournalEntry *e) {
+        char *fixed = NULL;
+        size_t len;
+        int r = utf8_repair(e->code, e->code_len, &fixed, &len);
+
+        if (r <= 0)
+                return r;
+        free(e->code);
+        e->code = fixed;
+        e->code_len = len;
+        return 0;
+}
+
 /* Sends the cell the replay is at; false when it cannot (the replay then stopped). */
 static bool replay_send(Context *c) {
         _cleanup_(journal_entry_done) JournalEntry e = {};
@@ -336,6 +351,8 @@ static bool replay_send(Context *c) {
         if (!replay_current(&c->replay, &at))
                 return false;
         r = journal_read(c->journal, at, &e);
+        if (r >= 0)
+                r = entry_code_repair(&e);
         content = r < 0 ? NULL
                         : json_pack("{s:s%,s:b,s:b,s:{},s:b,s:b}", "code", e.code, e.code_len, "silent", 0,
                                     "store_history", 1, "user_expressions", "allow_stdin", 0, "stop_on_error", 1);

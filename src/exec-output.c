@@ -287,6 +287,11 @@ static size_t error_size(const json_t *content) {
         return n;
 }
 
+/* A new reference to v when it is a string (kept whole, NUL included), else to "". */
+static json_t *string_or_empty(const json_t *v) {
+        return json_is_string(v) ? json_incref((json_t *) v) : json_string("");
+}
+
 void cell_on_error(ExecCell *cell, const json_t *content) {
         const json_t *tb = json_object_get(content, "traceback");
         json_auto_t *o = NULL;
@@ -304,10 +309,10 @@ void cell_on_error(ExecCell *cell, const json_t *content) {
         } else
                 cell->bytes += size;
 
-        o = json_pack("{s:s, s:s, s:s, s:O}", "output_type", "error", "ename",
-                      json_string_value(json_object_get(content, "ename")) ?: "", "evalue",
-                      json_string_value(json_object_get(content, "evalue")) ?: "", "traceback",
-                      json_is_array(tb) ? (json_t *) tb : json_array());
+        o = json_pack("{s:s, s:o, s:o, s:o}", "output_type", "error", "ename",
+                      string_or_empty(json_object_get(content, "ename")), "evalue",
+                      string_or_empty(json_object_get(content, "evalue")), "traceback",
+                      json_is_array(tb) ? json_incref((json_t *) tb) : json_array());
         if (!o)
                 return;
         if (cell_flush_stream(cell) < 0 || cell_append(cell, json_incref(o), NULL) < 0)

@@ -205,6 +205,104 @@ int jupyter_msg_serialize(const JupyterMsg *m, const char *key, JupyterFrames *r
         return 0;
 }
 
+static int unhex_digit(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+                return (c | 0x20) - 'a' + 10;
+        return -1;
+}
+
+/* The value of the \uXXXX escape at p[0..len) (p[0] is the backslash), or -1 when it is not one. */
+static long escape_value(const char *p, size_t len) {
+        long v = 0;
+
+        if (len < 6 || p[1] != 'u')
+                return -1;
+        for (size_t i = 2; i < 6; i++) {
+                int h = unhex_digit(p[i]);
+
+                if (h < 0)
+                        return -1;
+                v = v * 16 + h;
+        }
+        return v;
+}
+
+/* How many bytes of input the unit at p[0..len) takes, and what it becomes: *ret_out (out_len bytes) either p
+ * itself or a replacement. */
+static size_t repair_unit(const char *p, size_t len, const char **ret_out, size_t *ret_out_len) {
+        size_t bad = 0, k;
+        long v;
+
+        *ret_out = p;
+        if (p[0] == '\\') {
+                v = escape_value(p, len);
+                if (v >= 0xD800 && v <= 0xDBFF) {
+                        long lo = len >= 12 && p[6] == '\\' ? escape_value(p + 6, len - 6) : -1;
+
+                        k = lo >= 0xDC00 && lo <= 0xDFFF ? 12 : 6;
+                        if (k == 6)
+                                *ret_out = "\\uFFFD";
+                } else if (v >= 0xDC00 && v <= 0xDFFF) {
+                        k = 6;
+                        *ret_out = "\\uFFFD";
+                } else
+                        /* Two bytes, so that the second backslash of "\\\\" never starts an escape. */
+                        k = v >= 0 ? 6 : len >= 2 && (unsigned char) p[1] < 0x80 ? 2 : 1;
+                *ret_out_len = *ret_out == p ? k : 6;
+                return k;
+        }
+        k = utf8_sequence(p, len, &bad);
+        if (k > 0) {
+                *ret_out_len = k;
+                return k;
+        }
+        *ret_out = UTF8_REPLACEMENT;
+        *ret_out_len = 3;
+        return bad;
+}
+
+/* Copies p[0..len) repaired to out (NULL: only counts); returns the length and the number of units rewritten. */
+static size_t json_repair_into(const char *p, size_t len, char *out, size_t *ret_rewritten) {
+        size_t i = 0, o = 0, rewritten = 0;
+
+        while (i < len) {
+                const char *u;
+                size_t n, k = repair_unit(p + i, len - i, &u, &n);
+
+                if (out)
+                        memcpy(out + o, u, n);
+                rewritten += u != p + i;
+                i += k, o += n;
+        }
+        *ret_rewritten = rewritten;
+        return o;
+}
+
+int jupyter_json_repair(const char *p, size_t len, char **ret, size_t *ret_len) {
+        return text_rewrite(p, len, json_repair_into, ret, ret_len);
+}
+
+/* One dict of a message, read as jupyter_msg_parse() says; NULL when it is not JSON (or out of memory). */
+static json_t *dict_load(const void *p, size_t len) {
+        _cleanup_free_ char *fixed = NULL;
+        json_error_t error;
+        json_t *v;
+
+        if (len == 0)
+                return NULL;
+        if (jupyter_json_repair(p, len, &fixed, &len) < 0)
+                return NULL;
+        if (fixed)
+                p = fixed;
+        v = json_loadb(p, len, JSON_ALLOW_NUL, &error);
+        /* Python's ints have no bound (a client's header may hold 10**30); a real keeps the message. */
+        if (!v && json_error_code(&error) == json_error_numeric_overflow)
+                v = json_loadb(p, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
+        return v;
+}
+
 int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, const char *key, JupyterMsg *ret) {
         json_t *dicts[4] = {};
         size_t d;
@@ -229,10 +327,7 @@ int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, c
         }
 
         for (size_t i = 0; i < 4; i++) {
-                const void *p = frames[d + 2 + i];
-                size_t len = lens[d + 2 + i];
-
-                dicts[i] = len > 0 ? json_loadb(p, len, 0, NULL) : NULL;
+                dicts[i] = dict_load(frames[d + 2 + i], lens[d + 2 + i]);
                 if (!json_is_object(dicts[i])) {
                         for (size_t j = 0; j <= i; j++)
                                 json_decref(dicts[j]);
@@ -353,13 +448,29 @@ void kernel_conn_close(KernelConn *c) {
                 conn_free(c);
 }
 
-/* Receives one whole multipart message without blocking. -EAGAIN when none is queued. */
+/* Whether the next frame received after parts[0..n) is kept: up to RECV_MAX_FRAMES, and none after the
+ * signature and four dicts that follow a delimiter (a message's buffers are never read). *delim is the
+ * delimiter's index once seen, SIZE_MAX before. */
+static bool frame_kept(const zmq_msg_t *parts, size_t n, size_t *delim) {
+        zmq_msg_t *last = n > 0 ? (zmq_msg_t *) &parts[n - 1] : NULL;
+
+        if (*delim == SIZE_MAX && last && zmq_msg_size(last) == DELIM_LEN &&
+            memcmp(zmq_msg_data(last), JUPYTER_DELIM, DELIM_LEN) == 0)
+                *delim = n - 1;
+        if (n >= RECV_MAX_FRAMES)
+                return false;
+        return *delim == SIZE_MAX || n <= *delim + 5;
+}
+
+/* Receives one whole multipart message without blocking. -EAGAIN when none is queued. A frame not kept (a
+ * buffer) is released as soon as it is read: libzmq has the whole message already (it hands over none before
+ * its last frame), but what the daemon holds while it parses is the envelope and the dicts alone. */
 static int sock_recv(void *sock, zmq_msg_t parts[RECV_MAX_FRAMES], size_t *ret_n) {
-        size_t n = 0;
+        size_t n = 0, delim = SIZE_MAX;
         bool more = true;
 
         while (more) {
-                zmq_msg_t extra, *m = n < RECV_MAX_FRAMES ? &parts[n] : &extra;
+                zmq_msg_t extra, *m = frame_kept(parts, n, &delim) ? &parts[n] : &extra;
 
                 zmq_msg_init(m);
                 if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {

@@ -46,10 +46,25 @@ typedef struct JupyterFrames {
 int jupyter_msg_serialize(const JupyterMsg *m, const char *key, JupyterFrames *ret);
 void jupyter_frames_done(JupyterFrames *f);
 
+/* Jupyter's JSON is what Python's json module writes, which is more than jansson reads: a str holding a lone
+ * surrogate (a file name decoded with surrogateescape) is written as a "\udcff" escape, and a kernel may send
+ * bytes that are not UTF-8. This rewrites the JSON text p[0..len) so that jansson reads it as jupyter_client
+ * does with U+FFFD in place of each bad unit: a \uD800-\uDFFF escape that is not half of a pair becomes
+ * \uFFFD, each ill-formed UTF-8 subpart becomes U+FFFD's bytes (as utf8_repair()). Backslash escapes are
+ * followed outside strings too, which valid JSON cannot hold anyway. Returns 0 with *ret NULL when nothing
+ * needed rewriting (nothing copied), 1 with *ret a new NUL-terminated buffer of *ret_len bytes (the caller
+ * frees it), -ENOMEM. Pure: no I/O, no state. */
+int jupyter_json_repair(const char *p, size_t len, char **ret, size_t *ret_len);
+
 /* Parses the multipart message frames[0..n): skips identities up to the
  * delimiter, verifies the signature in constant time (an empty key disables
  * signing, as in Jupyter), and parses the four JSON dicts. Extra buffers are
- * ignored. -EBADMSG when malformed, -EPERM when the signature is wrong. */
+ * ignored. -EBADMSG when malformed, -EPERM when the signature is wrong.
+ * Each dict is read through jupyter_json_repair(), with \u0000 allowed
+ * (JSON_ALLOW_NUL: a string's json_string_length() may then exceed its
+ * strlen(), and consumers of text must use the former), and a dict holding
+ * an integer out of jansson's range is read again with every integer as a
+ * real, so that what a Python kernel sends always parses. */
 int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, const char *key, JupyterMsg *ret);
 
 /* ---- A live connection to one kernel. ---- */

@@ -201,25 +201,44 @@ int render_kernels(const ReplyKernels *k) {
 
 /* Removes ANSI escape sequences (CSI: ESC [ parameters final-byte; and
  * two-byte ESC X) in place: IPython colours its tracebacks. */
-static void strip_ansi(char *s) {
+static size_t strip_ansi(char *s, size_t n) {
+        const char *p = s, *end = s + n;
         char *w = s;
 
-        for (const char *p = s; *p;) {
+        while (p < end) {
                 if (*p != '\033') {
                         *w++ = *p++;
                         continue;
                 }
                 p++;
-                if (*p == '[') {
+                if (p < end && *p == '[') {
                         p++;
-                        while (*p && !(*p >= 0x40 && *p <= 0x7e))
+                        while (p < end && !(*p >= 0x40 && *p <= 0x7e))
                                 p++;
-                        if (*p)
+                        if (p < end)
                                 p++;
-                } else if (*p)
+                } else if (p < end)
                         p++;
         }
-        *w = '\0';
+        return (size_t) (w - s);
+}
+
+/* Writes the JSON string v (fallback when v is none) to f whole: a NUL in kernel text is written as the byte,
+ * as a notebook's text holds it. Without its ANSI escapes when strip. */
+static void write_text(FILE *f, const json_t *v, const char *fallback, bool strip) {
+        _cleanup_free_ char *t = NULL;
+        const char *s = json_string_value(v) ?: fallback;
+        size_t n = json_is_string(v) ? json_string_length(v) : strlen(fallback);
+
+        if (strip) {
+                t = malloc(n + 1);
+                if (!t)
+                        return;
+                memcpy(t, s, n);
+                n = strip_ansi(t, n);
+                s = t;
+        }
+        fwrite(s, 1, n, f);
 }
 
 /* Whether the last text written to stdout did not end its line: the summary goes on a line of its own. */
@@ -247,16 +266,17 @@ void render_output(const json_t *out, bool traceback) {
         } else if (streq(type, "execute_result") || streq(type, "display_data") ||
                    streq(type, "update_display_data")) {
                 const json_t *data = json_object_get(out, "data");
-                const char *plain = json_string_value(json_object_get(data, "text/plain"));
+                const json_t *jplain = json_object_get(data, "text/plain");
+                const char *plain = json_string_value(jplain);
 
                 fflush(stderr);
                 if (stdout_mid_line)
                         putchar('\n');
                 stdout_mid_line = false;
                 if (plain) {
-                        size_t n = strlen(plain);
+                        size_t n = json_string_length(jplain);
 
-                        fputs(plain, stdout);
+                        write_text(stdout, jplain, "", false);
                         if (n == 0 || plain[n - 1] != '\n')
                                 putchar('\n');
                 } else if (json_is_object(data)) {
@@ -284,24 +304,18 @@ void render_output(const json_t *out, bool traceback) {
                         bool keep_colour = isatty(STDERR_FILENO);
 
                         json_array_foreach(tb, i, line) {
-                                _cleanup_free_ char *t = strdup(json_string_value(line) ?: "");
-
-                                if (!t)
-                                        continue;
-                                if (!keep_colour)
-                                        strip_ansi(t);
-                                fprintf(stderr, "%s\n", t);
+                                write_text(stderr, line, "", !keep_colour);
+                                fputc('\n', stderr);
                         }
                 } else {
-                        _cleanup_free_ char *ename =
-                                strdup(json_string_value(json_object_get(out, "ename")) ?: "Error");
-                        _cleanup_free_ char *evalue = strdup(json_string_value(json_object_get(out, "evalue")) ?: "");
+                        const json_t *evalue = json_object_get(out, "evalue");
 
-                        if (ename && evalue) {
-                                strip_ansi(ename);
-                                strip_ansi(evalue);
-                                fprintf(stderr, "%s%s%s\n", ename, *evalue ? ": " : "", evalue);
+                        write_text(stderr, json_object_get(out, "ename"), "Error", true);
+                        if (json_string_length(evalue) > 0) {
+                                fputs(": ", stderr);
+                                write_text(stderr, evalue, "", true);
                         }
+                        fputc('\n', stderr);
                 }
                 fflush(stderr);
         }

@@ -100,12 +100,14 @@ char *protocol_notification(const char *method, json_t *params) {
 }
 
 /* Loads exactly one JSON value from the buffer. Duplicate keys are refused
- * because two readers could pick different ones; jansson refuses NUL bytes
- * (raw, or \u0000 in a string), so every string is also a valid C string. */
-static json_t *load_line(const char *line, size_t len) {
+ * because two readers could pick different ones. Without JSON_ALLOW_NUL in
+ * flags jansson refuses \u0000 in a string, so every string of a request is
+ * also a valid C string; the daemon's replies carry kernel text, which may
+ * hold U+0000 (a client reads those with json_string_length()). */
+static json_t *load_line(const char *line, size_t len, size_t flags) {
         json_error_t error;
 
-        return json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
+        return json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | flags, &error);
 }
 
 /* JSON-RPC 2.0 allows string, number and null ids. Fractional numbers are
@@ -142,7 +144,7 @@ int protocol_parse_request(const char *line, size_t len, RpcRequest *ret, int *r
         const char *message;
         int code = RPC_INVALID_REQUEST;
 
-        root = load_line(line, len);
+        root = load_line(line, len, 0);
         if (!root) {
                 code = RPC_PARSE_ERROR;
                 message = "parse error";
@@ -215,7 +217,7 @@ int protocol_parse_message(const char *line, size_t len, RpcMessage *ret) {
         json_t *id, *method, *result, *error, *params;
         ReplyError e;
 
-        root = load_line(line, len);
+        root = load_line(line, len, JSON_ALLOW_NUL);
         if (!root || !json_is_object(root) || !version_valid(root))
                 return -EBADMSG;
 

@@ -35,7 +35,7 @@ typedef enum FieldKind {
 enum {
         NULLABLE = 1 << 0, /* null stands for the kind's "none" */
         OPTIONAL = 1 << 1, /* left out when none (or empty); absent decodes as none */
-        LOSSY = 1 << 2,    /* FIELD_STRING: bytes that are not UTF-8 go out as '?' (text from anywhere) */
+        LOSSY = 1 << 2,    /* FIELD_STRING: bytes that are not UTF-8 go out as U+FFFD (text from anywhere) */
 };
 
 typedef struct ReplyType ReplyType;

@@ -259,7 +259,7 @@ typedef struct ReplyHistory {
 /* The "error" member of an error reply. */
 typedef struct ReplyError {
         long long code;      /* RPC_* or KS_ERR_* of protocol.h, within 32 bits */
-        const char *message; /* encoded lossily: bytes that are not UTF-8 become '?' */
+        const char *message; /* encoded lossily: bytes that are not UTF-8 become U+FFFD */
         const json_t *data;  /* NULL: left out */
 } ReplyError;
 

@@ -78,7 +78,7 @@ int context_state_from_json(const json_t *j, ContextState *ret);
  * context_state_done on it first if it held a state).
  * save: files 0600; -EINVAL for a state load would refuse (out-of-range
  * fields), -EFBIG when the JSON exceeds 64 KiB. A last_error that is not
- * UTF-8 is written with its non-ASCII bytes replaced by '?'.
+ * UTF-8 is written with U+FFFD in place of each ill-formed subpart.
  * remove: a missing file or directory is success. */
 int context_state_load(int state_dirfd, const char *name, ContextState *ret);
 int context_state_save(int state_dirfd, const char *name, const ContextState *s);

@@ -552,8 +552,6 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size) {
         return read_file_at(AT_FDCWD, path, false, max, ret, ret_size);
 }
 
-/* JSON strings must be UTF-8. A text that is not (a path, a kernel's output) is kept with its non-ASCII bytes
- * replaced rather than lost. */
 size_t strv_length(char *const *v) {
         size_t n = 0;
 
@@ -650,20 +648,91 @@ char *json_dump_line(const json_t *j, size_t flags) {
         return t;
 }
 
-json_t *json_string_lossy(const char *s) {
-        _cleanup_free_ char *copy = NULL;
-        json_t *v;
+size_t utf8_sequence(const char *p, size_t len, size_t *ret_bad) {
+        const unsigned char *u = (const unsigned char *) p;
+        unsigned char lo = 0x80, hi = 0xBF;
+        size_t n;
 
-        v = json_string(s);
-        if (v)
-                return v;
-        copy = strdup(s);
-        if (!copy)
+        if (u[0] < 0x80)
+                return 1;
+        if (u[0] >= 0xC2 && u[0] <= 0xDF)
+                n = 2;
+        else if (u[0] >= 0xE0 && u[0] <= 0xEF) {
+                n = 3;
+                lo = u[0] == 0xE0 ? 0xA0 : 0x80;
+                hi = u[0] == 0xED ? 0x9F : 0xBF;
+        } else if (u[0] >= 0xF0 && u[0] <= 0xF4) {
+                n = 4;
+                lo = u[0] == 0xF0 ? 0x90 : 0x80;
+                hi = u[0] == 0xF4 ? 0x8F : 0xBF;
+        } else
+                n = 0;
+        for (size_t i = 1; i < n; i++) {
+                /* Only the second byte has a narrower range. */
+                if (i >= len || u[i] < (i == 1 ? lo : 0x80) || u[i] > (i == 1 ? hi : 0xBF)) {
+                        n = i;
+                        goto bad;
+                }
+        }
+        if (n > 0)
+                return n;
+        n = 1;
+bad:
+        if (ret_bad)
+                *ret_bad = n;
+        return 0;
+}
+
+/* Copies s[0..len) to out (NULL: only counts) with ill-formed subparts as U+FFFD; returns the length. */
+static size_t utf8_repair_into(const char *s, size_t len, char *out, size_t *ret_replaced) {
+        size_t i = 0, o = 0, replaced = 0;
+
+        while (i < len) {
+                size_t bad = 0, k = utf8_sequence(s + i, len - i, &bad);
+
+                if (k > 0) {
+                        if (out)
+                                memcpy(out + o, s + i, k);
+                        i += k, o += k;
+                        continue;
+                }
+                if (out)
+                        memcpy(out + o, UTF8_REPLACEMENT, 3);
+                i += bad, o += 3, replaced++;
+        }
+        *ret_replaced = replaced;
+        return o;
+}
+
+int text_rewrite(const char *s, size_t len, TextRewriter into, char **ret, size_t *ret_len) {
+        size_t rewritten, n = into(s, len, NULL, &rewritten);
+        char *out;
+
+        if (rewritten == 0) {
+                *ret = NULL;
+                return 0;
+        }
+        out = malloc(n + 1);
+        if (!out)
+                return -ENOMEM;
+        (void) into(s, len, out, &rewritten);
+        out[n] = '\0';
+        *ret = out;
+        *ret_len = n;
+        return 1;
+}
+
+int utf8_repair(const char *s, size_t len, char **ret, size_t *ret_len) {
+        return text_rewrite(s, len, utf8_repair_into, ret, ret_len);
+}
+
+json_t *json_string_lossy(const char *s) {
+        _cleanup_free_ char *fixed = NULL;
+        size_t len = strlen(s);
+
+        if (utf8_repair(s, len, &fixed, &len) < 0)
                 return NULL;
-        for (char *p = copy; *p; p++)
-                if ((unsigned char) *p >= 0x80)
-                        *p = '?';
-        return json_string(copy);
+        return json_stringn(fixed ?: s, len);
 }
 
 bool context_name_valid(const char *name) {

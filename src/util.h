@@ -11,6 +11,9 @@
 
 #include "macro.h"
 
+/* U+FFFD REPLACEMENT CHARACTER in UTF-8. */
+#define UTF8_REPLACEMENT "\xEF\xBF\xBD"
+
 usec_t now_usec(clockid_t clock);
 
 /* "30", "30s", "500ms", "5min", "2h", "1.5s", "250us". A bare number is seconds.
@@ -88,7 +91,26 @@ int read_file(const char *path, size_t max, char **ret, size_t *ret_size);
 /* Writes value to an existing file in one write(2), as cgroupfs and procfs want it (no create, no truncate). */
 int write_string_file(const char *path, const char *value);
 
-/* A JSON string of s; text that is not UTF-8 has its non-ASCII bytes replaced by '?'. NULL on out of memory. */
+/* The length (1-4) of the well-formed UTF-8 sequence at p[0..len), or 0 when there is none: *ret_bad (may be
+ * NULL) is then the length of the maximal ill-formed subpart there (Unicode's "U+FFFD substitution of maximal
+ * subparts", what Python's errors="replace" does), at least 1. len must be > 0. Surrogates (ED A0-BF) and code
+ * points over U+10FFFF are ill-formed. */
+size_t utf8_sequence(const char *p, size_t len, size_t *ret_bad);
+
+/* Copies s[0..len) rewritten to out (NULL: only counts); returns the length written, and the number of units
+ * rewritten in *ret_rewritten. */
+typedef size_t (*TextRewriter)(const char *s, size_t len, char *out, size_t *ret_rewritten);
+/* Runs into twice (to count, then to write): 0 with *ret NULL when it rewrote nothing (nothing copied), 1 with
+ * *ret a new NUL-terminated buffer of *ret_len bytes (the caller frees it), -ENOMEM. */
+int text_rewrite(const char *s, size_t len, TextRewriter into, char **ret, size_t *ret_len);
+
+/* The text s[0..len) with each ill-formed UTF-8 subpart replaced by U+FFFD (EF BF BD); NUL bytes are kept.
+ * Returns 0 and sets *ret to NULL when s is valid UTF-8 already (nothing copied), 1 with *ret a new
+ * NUL-terminated buffer (the caller frees it) of *ret_len bytes when something was replaced, -ENOMEM. */
+int utf8_repair(const char *s, size_t len, char **ret, size_t *ret_len);
+
+/* A JSON string of s; text that is not UTF-8 (a path, a kernel's output) is kept with U+FFFD in place of each
+ * ill-formed subpart (utf8_repair()) rather than lost. NULL on out of memory. */
 json_t *json_string_lossy(const char *s);
 
 /* NULL-terminated string vectors (freed with strv_free()). A NULL vector is empty. */

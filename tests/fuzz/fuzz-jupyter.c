@@ -6,9 +6,12 @@
  *   flags & 2: no key (unsigned messages, as with an empty Jupyter key).
  * Properties: a wrong signature is -EPERM whatever follows; a correctly
  * signed one is never -EPERM; what parses, serialised again with the key,
- * parses to the same four dicts. */
+ * parses to the same four dicts. jupyter_json_repair() of each frame gives
+ * valid UTF-8 with no lone surrogate escape, and repairing that again
+ * changes nothing. */
 #include "fuzz-util.h"
 #include "jupyter.h"
+#include "util.h"
 
 #define MAX_FRAMES 16
 #define KEY "5f3b4c2a-fuzz-key-0000000000000000"
@@ -57,6 +60,21 @@ static void check_round_trip(const JupyterMsg *m, const char *key) {
         jupyter_frames_done(&f);
 }
 
+/* The repair of p[0..len): valid UTF-8 (utf8_repair finds nothing) and a fixed point. */
+static void check_repair(const void *p, size_t len) {
+        char *out = NULL, *again = NULL, *fixed = NULL;
+        size_t out_len = 0, again_len = 0, fixed_len = 0;
+        int r = jupyter_json_repair(p, len, &out, &out_len);
+
+        if (r < 0)
+                return; /* out of memory */
+        if (r == 0)
+                out_len = len;
+        FUZZ_CHECK(utf8_repair(out ?: p, out_len, &fixed, &fixed_len) == 0 && !fixed);
+        FUZZ_CHECK(jupyter_json_repair(out ?: p, out_len, &again, &again_len) == 0 && !again);
+        free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const void *frames[MAX_FRAMES];
         size_t lens[MAX_FRAMES], n, d;
@@ -73,6 +91,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         key = flags & 2 ? "" : KEY;
         n = frames_split(data + 1, size - 1, frames, lens);
         d = delimiter_find(frames, lens, n);
+        for (size_t i = 0; i < n; i++)
+                check_repair(frames[i], lens[i]);
         if (*key && d < n && n - d - 1 >= 5) {
                 jupyter_sign(key, (const char *const *) &frames[d + 2], &lens[d + 2], sig);
                 if (flags & 1) {

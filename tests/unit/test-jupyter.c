@@ -287,11 +287,103 @@ static void test_parse_errors(void) {
         jupyter_msg_done(&m);
 }
 
+/* Repairs in and compares with want (NULL: in needs no repair, nothing is copied). */
+static void repair_is(const char *in, size_t len, const char *want, const char *what) {
+        _cleanup_free_ char *out = NULL;
+        size_t out_len = 0;
+        int r = jupyter_json_repair(in, len, &out, &out_len);
+
+        if (!want)
+                ok(r == 0 && !out, "repair: %s: unchanged", what);
+        else
+                ok(r == 1 && out && out_len == strlen(want) && memcmp(out, want, out_len) == 0 && out[out_len] == '\0',
+                   "repair: %s", what);
+}
+#define REPAIR_IS(in, want, what) repair_is(in, sizeof in - 1, want, what)
+
+/* Python's json writes a lone surrogate as an escape; bytes that are not UTF-8 come from any other writer. */
+static void test_json_repair(void) {
+        REPAIR_IS("{\"t\":\"caf\\u00e9 \\u20ac\"}", NULL, "valid escapes");
+        REPAIR_IS("{\"t\":\"\\ud83d\\ude00\"}", NULL, "a surrogate pair is kept");
+        REPAIR_IS("{\"t\":\"\\uD83D\\uDE00\"}", NULL, "a pair in upper case is kept");
+        REPAIR_IS("{\"t\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}", NULL, "raw UTF-8 of 2, 3, 4 bytes");
+        REPAIR_IS("{\"t\":\"a\\u0000b\"}", NULL, "\\u0000 is left to JSON_ALLOW_NUL");
+        REPAIR_IS("{\"t\":\"bad: \\udcff\"}", "{\"t\":\"bad: \\uFFFD\"}", "a lone low surrogate");
+        REPAIR_IS("{\"t\":\"\\ud800x\"}", "{\"t\":\"\\uFFFDx\"}", "a lone high surrogate");
+        REPAIR_IS("{\"t\":\"\\ud800\"}", "{\"t\":\"\\uFFFD\"}", "a high surrogate before the quote");
+        REPAIR_IS("{\"t\":\"\\ud800\\ud800\\udc00\"}", "{\"t\":\"\\uFFFD\\ud800\\udc00\"}",
+                  "a high surrogate before a pair");
+        REPAIR_IS("{\"t\":\"\\udc00\\ud800\"}", "{\"t\":\"\\uFFFD\\uFFFD\"}", "a pair in the wrong order");
+        REPAIR_IS("{\"t\":\"\\ud800\\u0041\"}", "{\"t\":\"\\uFFFD\\u0041\"}", "a high surrogate before a BMP escape");
+        REPAIR_IS("{\"t\":\"\\\\udcff\"}", NULL, "an escaped backslash before u is text, not an escape");
+        REPAIR_IS("{\"t\":\"\\\\\\udcff\"}", "{\"t\":\"\\\\\\uFFFD\"}", "an escaped backslash, then a surrogate");
+        REPAIR_IS("{\"t\":\"\\udcf\"}", NULL, "a short escape is left to the parser");
+        REPAIR_IS("\\ud800", "\\uFFFD", "a surrogate at the very end");
+        REPAIR_IS("\\", NULL, "a lone backslash at the end");
+        REPAIR_IS("{\"t\":\"bad \xff\xfe\"}", "{\"t\":\"bad \xEF\xBF\xBD\xEF\xBF\xBD\"}", "two invalid bytes");
+        REPAIR_IS("\xe2\x82", "\xEF\xBF\xBD", "a truncated sequence is one U+FFFD (a maximal subpart)");
+        REPAIR_IS("\xe2\x82x", "\xEF\xBF\xBDx", "a sequence cut by ASCII");
+        REPAIR_IS("\xc0\xaf", "\xEF\xBF\xBD\xEF\xBF\xBD", "an overlong encoding");
+        REPAIR_IS("\xed\xb3\xbf", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", "a surrogate encoded in UTF-8");
+        REPAIR_IS("\xf4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", "over U+10FFFF");
+        REPAIR_IS("\xf4\x8f\xbf\xbf", NULL, "U+10FFFF itself");
+        REPAIR_IS("\x80", "\xEF\xBF\xBD", "a lone continuation byte");
+        REPAIR_IS("\\\xff", "\\\xEF\xBF\xBD", "a backslash before an invalid byte");
+        repair_is("a\0b", 3, NULL, "a raw NUL is left to the parser");
+}
+
+/* What Python's json writes parses, as jupyter_client reads it. */
+static void test_parse_python_json(void) {
+        JupyterMsg m, p;
+        JupyterFrames f;
+        int r;
+
+        make_frames(KEY, &m, &f);
+        r = parse_modified(&f, 5, "{\"name\":\"stdout\",\"text\":\"A\\nbad: \\udcff\\nB\\n\"}", true, KEY, &p);
+        is_int(r, 0, "parse: a lone surrogate");
+        if (r == 0) {
+                is_str(json_string_value(json_object_get(p.content, "text")), "A\nbad: \xEF\xBF\xBD\nB\n",
+                       "parse: the surrogate is U+FFFD, the text around it kept");
+                jupyter_msg_done(&p);
+        }
+        r = parse_modified(&f, 5, "{\"evalue\":\"bad\\u0000byte\"}", true, KEY, &p);
+        is_int(r, 0, "parse: \\u0000");
+        if (r == 0) {
+                const json_t *v = json_object_get(p.content, "evalue");
+
+                ok(json_string_length(v) == 8 && memcmp(json_string_value(v), "bad\0byte", 8) == 0,
+                   "parse: \\u0000 kept as a NUL byte inside the string");
+                jupyter_msg_done(&p);
+        }
+        r = parse_modified(&f, 5, "{\"t\":\"bad \xff\xfe\"}", true, KEY, &p);
+        is_int(r, 0, "parse: invalid UTF-8");
+        if (r == 0) {
+                is_str(json_string_value(json_object_get(p.content, "t")), "bad \xEF\xBF\xBD\xEF\xBF\xBD",
+                       "parse: invalid bytes are U+FFFD");
+                jupyter_msg_done(&p);
+        }
+        r = parse_modified(&f, 2,
+                           "{\"msg_id\":\"i\",\"msg_type\":\"execute_input\",\"x\":1000000000000000000000000000000}",
+                           true, KEY, &p);
+        is_int(r, 0, "parse: an integer over jansson's range (10**30)");
+        if (r == 0) {
+                is_str(jupyter_msg_type(&p), "execute_input", "parse: the huge integer's header keeps its fields");
+                ok(json_is_real(json_object_get(p.header, "x")), "parse: the huge integer is read as a real");
+                jupyter_msg_done(&p);
+        }
+        is_int(parse_modified(&f, 5, "{\"t\":\"\\udcff\"", true, KEY, &p), -EBADMSG,
+               "parse: a repaired dict that is still not JSON: EBADMSG");
+        jupyter_frames_done(&f);
+        jupyter_msg_done(&m);
+}
+
 int main(void) {
         test_sign_vectors();
         test_msg_new();
         test_roundtrip();
         test_parse_errors();
+        test_json_repair();
+        test_parse_python_json();
 
         return tap_done();
 }

@@ -515,8 +515,8 @@ static void test_round_trips(void) {
            "error with data");
         reply_error_done(&er);
         err = (ReplyError){ .code = 1, .message = "bad \xff byte" };
-        ok(ROUND(error, &err, &er) && streq(er.message, "bad ? byte") && !er.data,
-           "error: a message that is not UTF-8 goes out with '?', without data");
+        ok(ROUND(error, &err, &er) && streq(er.message, "bad \xEF\xBF\xBD byte") && !er.data,
+           "error: a message that is not UTF-8 goes out with U+FFFD, without data");
         reply_error_done(&er);
 }
 
