@@ -102,14 +102,14 @@ static void test_roundtrip(void) {
         ok(back.last_exit.valid && back.last_exit.unknown && back.last_exit.code == 0 && back.last_exit.signal == 0,
            "unknown exit round-trips");
 
-        /* A last_error that is not UTF-8 still serialises, its stray bytes replaced. */
+        /* A last_error that is not UTF-8 still serialises, each stray byte replaced by U+FFFD. */
         free(s.last_error);
         s.last_error = strdup("bad \xff\xfe byte");
         json_decref(j);
         j = context_state_to_json(&s);
         ok(j != NULL, "to_json with a last_error that is not UTF-8");
-        is_str(j ? json_string_value(json_object_get(j, "last_error")) : NULL, "bad ?? byte",
-               "non-ASCII bytes replaced");
+        is_str(j ? json_string_value(json_object_get(j, "last_error")) : NULL, "bad \xef\xbf\xbd\xef\xbf\xbd byte",
+               "bytes that are not UTF-8 replaced by U+FFFD");
 
         /* The minimal state: never launched, no ports yet. */
         jm = context_state_to_json(&min);
