@@ -468,6 +468,7 @@ void context_became_ready(Context *c) {
                           (int) c->pid, (unsigned long long) c->st.incarnation,
                           format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
         c->adopting = false;
+        start_limit_ready(&c->limit);
         context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
         /* Last: a cell that died with the previous kernel is answered now, naming this one. */
@@ -647,10 +648,16 @@ static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, cons
 
         if (!by_client)
                 c->counters.deaths[exit_info_death(&c->st.last_exit)]++;
+        /* Most kernels other than ipykernel cannot bind Unix sockets, and fail there in many ways (an abort, an
+         * exit, no answer): a failed start there names the fix. */
+        const char *hint = failed_start && c->cfg->transport == TRANSPORT_IPC && !quirks_ipykernel(c->cfg->argv)
+                                   ? " (on transport = ipc, which many kernels other than ipykernel cannot bind: set "
+                                     "transport = tcp)"
+                                   : "";
         if (c->pending_error)
-                snprintf(msg, sizeof msg, "%s", c->pending_error);
+                snprintf(msg, sizeof msg, "%s%s", c->pending_error, hint);
         else if (failed_start)
-                snprintf(msg, sizeof msg, "%s before it was ready", what);
+                snprintf(msg, sizeof msg, "%s before it was ready%s", what, hint);
         else
                 snprintf(msg, sizeof msg, "kernel %s%s", what, by_client ? " after a client's shutdown_request" : "");
         free(c->pending_error);
@@ -765,8 +772,8 @@ static void context_schedule_restart(Context *c, bool failed_start) {
 
         if (failed_start && start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
                 log_event(LOG_ERR, CONTEXT_EVENT(c, LOG_ID_KERNEL_FAILED, "start-limit", 0, NULL),
-                          "%s: %u failed starts within %s; failed, retrying in %s", c->name, c->cfg->start_limit_burst,
-                          format_duration(d, sizeof d, c->cfg->start_limit_interval),
+                          "%s: %u failed starts in a row or within %s; failed, retrying in %s", c->name,
+                          c->cfg->start_limit_burst, format_duration(d, sizeof d, c->cfg->start_limit_interval),
                           format_duration(d2, sizeof d2, c->cfg->failed_cooldown));
                 c->failures = 0;
                 uv_timer_start(&c->timer, timer_launch_cb, c->cfg->failed_cooldown / USEC_PER_MSEC, 0);
@@ -972,6 +979,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .queued = (long long) exec_queue_pending(c->exec),
                 .transport = transport_to_string(transport),
                 .transport_note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL,
+                .transport_why = c->cfg->transport_why,
                 /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
                 .running = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL,
                 .output_chunking = running ? chunking_to_string(c->chunking) : NULL,
