@@ -313,6 +313,14 @@ static void exec_hook_interrupt(void *userdata) {
         if (c->cfg->interrupt_mode == INTERRUPT_MESSAGE) {
                 if (c->conn)
                         (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "interrupt_request", json_object(), NULL);
+        } else if (c->pid > 0 && quirks_interrupt_resets(c->cfg->argv)) {
+                /* ijavascript answers any SIGINT by starting an empty session inside the same process: the
+                 * namespace is gone whatever is signalled. A new kernel says so (check --expect: 8) where the
+                 * same pid would vouch for a namespace that is not there. */
+                log_notice("%s: kernel %s: an interrupt empties ijavascript's namespace; restarting it instead, so "
+                           "that the kernel_id changes with the namespace",
+                           c->name, c->st.kernel_id);
+                context_restart(c);
         } else if (c->pid > 0)
                 (void) kill(-c->pid, SIGINT);
 }

@@ -47,6 +47,9 @@ static bool argv_has_word(char *const *argv, const char *needle) {
         return false;
 }
 
+/* ijavascript's kernel as `ijsinstall --spec-path=full` runs it: node .../ijavascript/lib/kernel.js. */
+#define IJAVASCRIPT_SCRIPT "ijavascript/lib/kernel.js"
+
 typedef struct KnownKernel {
         const char *program; /* argv_program(), or NULL: told by needle */
         const char *needle;  /* a word of argv, or NULL */
@@ -60,7 +63,7 @@ static const KnownKernel known_kernels[] = {
         { "xpython_raw", NULL, TRANSPORT_TCP, "auto: xeus-python aborts on an ipc endpoint" },
         { "tslab", NULL, TRANSPORT_TCP, "auto: tslab writes ipc endpoints that no client finds" },
         { "ijskernel", NULL, TRANSPORT_TCP, "auto: ijavascript cannot bind an ipc endpoint" },
-        { "ijavascript", NULL, TRANSPORT_TCP, "auto: ijavascript cannot bind an ipc endpoint" },
+        { NULL, IJAVASCRIPT_SCRIPT, TRANSPORT_TCP, "auto: ijavascript cannot bind an ipc endpoint" },
 };
 
 bool quirks_ipykernel(char *const *argv) {
@@ -91,5 +94,5 @@ Transport quirks_transport(char *const *argv, const char **ret_why) {
 bool quirks_interrupt_resets(char *const *argv) {
         const char *program = argv_program(argv);
 
-        return streq(program, "ijskernel") || streq(program, "ijavascript");
+        return streq(program, "ijskernel") || argv_has_word(argv, IJAVASCRIPT_SCRIPT);
 }
