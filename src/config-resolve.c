@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config-private.h"
+#include "quirks.h"
 
 /* The value a context ends with for key i comes from the most specific section that set it. */
 static const Section *parser_setter(const Parser *p, const Section *ctx, size_t i) {
@@ -76,8 +77,16 @@ static int parser_check_ipc_path(Parser *p, const Section *s, const ContextConfi
         if (from)
                 return parser_fail_key(p, from->cc.source.file, from->keys[KEY_TRANSPORT].line, from, "transport",
                                        from->keys[KEY_TRANSPORT].raw, reason);
-        return parser_fail(p, -EINVAL, "%s:%u: [%s]: transport is ipc (the default): %s", s->cc.source.file,
-                           s->cc.source.line, section_label(s, label, sizeof label), reason);
+        return parser_fail(p, -EINVAL, "%s:%u: [%s]: transport is ipc (%s): %s", s->cc.source.file, s->cc.source.line,
+                           section_label(s, label, sizeof label), cc->transport_why, reason);
+}
+
+/* transport = auto (the default) takes the kernel's known transport, once its argv is known. */
+static void context_resolve_transport(ContextConfig *cc) {
+        if (cc->transport == TRANSPORT_AUTO)
+                cc->transport = quirks_transport(cc->argv, &cc->transport_why);
+        else
+                cc->transport_why = "set in the configuration";
 }
 
 const char *argv_python_module(char *const *argv) {
@@ -530,6 +539,7 @@ int parser_resolve(Parser *p) {
                 r = parser_resolve_kernel(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return r;
+                context_resolve_transport(&c->contexts[i]);
                 r = parser_check_backoff(p, p->contexts[i], &c->contexts[i]);
                 if (r < 0)
                         return r;

@@ -377,10 +377,10 @@ int parse_tasks(const char *value, void *data, const char **ret_reason) {
 }
 
 int parse_transport(const char *value, void *data, const char **ret_reason) {
-        int t = transport_from_string(value);
+        int t = streq(value, "auto") ? (int) TRANSPORT_AUTO : transport_from_string(value);
 
         if (t < 0) {
-                *ret_reason = "expected ipc or tcp";
+                *ret_reason = "expected auto, ipc or tcp";
                 return -EINVAL;
         }
         *(Transport *) data = t;

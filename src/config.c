@@ -130,7 +130,7 @@ void context_config_init(ContextConfig *cc) {
                 .heartbeat_misses = 3,
                 .unresponsive_restart = 0,
                 .output_limit = 10 * 1024 * 1024,
-                .transport = TRANSPORT_IPC,
+                .transport = TRANSPORT_AUTO,
                 .shutdown_grace = 500 * USEC_PER_MSEC,
                 .output_chunking = true,
                 .restore = RESTORE_NONE,

@@ -46,6 +46,9 @@ typedef enum Restore {
 
 const char *restore_to_string(Restore r); /* "none", "replay"; NULL out of range */
 
+/* transport = auto as parsed, before the loader resolves it: only inside the loader. */
+#define TRANSPORT_AUTO ((Transport) _TRANSPORT_MAX)
+
 typedef struct ContextConfig {
         char *name;
         ConfigSource source; /* the [context:NAME] header */
@@ -79,8 +82,11 @@ typedef struct ContextConfig {
         uint64_t memory_max; /* bytes */
         unsigned cpu_quota;  /* percent of one CPU */
         unsigned tasks_max;
-        Transport transport; /* default ipc: only the context's user and root reach the kernel */
-        Preload preload;     /* default auto: a preloaded launcher for PYTHON -m ipykernel_launcher */
+        /* ipc: only the context's user and root reach the kernel. Default auto, resolved at load for the kernel's argv
+         * (quirks_transport()): never TRANSPORT_AUTO once loaded. */
+        Transport transport;
+        const char *transport_why; /* static: auto's reason, or that it was set */
+        Preload preload;           /* default auto: a preloaded launcher for PYTHON -m ipykernel_launcher */
         /* After shutdown_request, SIGTERM follows this soon (ipykernel now and then ignores the request); SIGKILL
          * still comes at stop_timeout. Default 500 ms. */
         usec_t shutdown_grace;

@@ -337,6 +337,14 @@ static void exec_hook_interrupt(void *userdata) {
         if (c->cfg->interrupt_mode == INTERRUPT_MESSAGE) {
                 if (c->conn)
                         (void) kernel_conn_send(c->conn, CHANNEL_CONTROL, "interrupt_request", json_object(), NULL);
+        } else if (c->pid > 0 && quirks_interrupt_resets(c->cfg->argv)) {
+                /* ijavascript answers any SIGINT by starting an empty session inside the same process: the
+                 * namespace is gone whatever is signalled. A new kernel says so (check --expect: 8) where the
+                 * same pid would vouch for a namespace that is not there. */
+                log_notice("%s: kernel %s: an interrupt empties ijavascript's namespace; restarting it instead, so "
+                           "that the kernel_id changes with the namespace",
+                           c->name, c->st.kernel_id);
+                context_restart(c);
         } else if (c->pid > 0)
                 (void) kill(-c->pid, SIGINT);
 }
@@ -509,6 +517,7 @@ void context_became_ready(Context *c) {
                           (int) c->pid, (unsigned long long) c->st.incarnation,
                           format_duration(d, sizeof d, now_usec(CLOCK_REALTIME) - c->st.started_at));
         c->adopting = false;
+        start_limit_ready(&c->limit);
         context_hb_start(c);
         context_set_state(c, CONTEXT_READY);
         /* Last: a cell that died with the previous kernel is answered now, naming this one. */
@@ -689,10 +698,16 @@ static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, cons
 
         if (!by_client)
                 c->counters.deaths[exit_info_death(&c->st.last_exit)]++;
+        /* Most kernels other than ipykernel cannot bind Unix sockets, and fail there in many ways (an abort, an
+         * exit, no answer): a failed start there names the fix. */
+        const char *hint = failed_start && c->cfg->transport == TRANSPORT_IPC && !quirks_ipykernel(c->cfg->argv)
+                                   ? " (on transport = ipc, which many kernels other than ipykernel cannot bind: set "
+                                     "transport = tcp)"
+                                   : "";
         if (c->pending_error)
-                snprintf(msg, sizeof msg, "%s", c->pending_error);
+                snprintf(msg, sizeof msg, "%s%s", c->pending_error, hint);
         else if (failed_start)
-                snprintf(msg, sizeof msg, "%s before it was ready", what);
+                snprintf(msg, sizeof msg, "%s before it was ready%s", what, hint);
         else
                 snprintf(msg, sizeof msg, "kernel %s%s%s", what, by_client ? " after " : "", by_client ? asked : "");
         free(c->pending_error);
@@ -808,8 +823,8 @@ static void context_schedule_restart(Context *c, bool failed_start) {
 
         if (failed_start && start_limit_hit(&c->limit, now, c->cfg->start_limit_burst, c->cfg->start_limit_interval)) {
                 log_event(LOG_ERR, CONTEXT_EVENT(c, LOG_ID_KERNEL_FAILED, "start-limit", 0, NULL),
-                          "%s: %u failed starts within %s; failed, retrying in %s", c->name, c->cfg->start_limit_burst,
-                          format_duration(d, sizeof d, c->cfg->start_limit_interval),
+                          "%s: %u failed starts in a row or within %s; failed, retrying in %s", c->name,
+                          c->cfg->start_limit_burst, format_duration(d, sizeof d, c->cfg->start_limit_interval),
                           format_duration(d2, sizeof d2, c->cfg->failed_cooldown));
                 c->failures = 0;
                 uv_timer_start(&c->timer, timer_launch_cb, c->cfg->failed_cooldown / USEC_PER_MSEC, 0);
@@ -1018,6 +1033,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .queued = (long long) exec_queue_pending(c->exec),
                 .transport = transport_to_string(transport),
                 .transport_note = transport == TRANSPORT_TCP ? TCP_NOTE : NULL,
+                .transport_why = c->cfg->transport_why,
                 /* Whose cell the kernel runs: "ours" (exec through the daemon) or "other" (another client's). */
                 .running = c->state == CONTEXT_BUSY ? exec_queue_running(c->exec) : NULL,
                 .output_chunking = running ? chunking_to_string(c->chunking) : NULL,

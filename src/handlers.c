@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config-value.h"
 #include "exec.h"
 #include "handlers.h"
 #include "kernelspec.h"
@@ -774,9 +775,43 @@ static bool add_value_writable(ControlRequest *req, const char *key, json_t *v) 
         return false;
 }
 
+/* Whether value passes key's own parser (NULL: the loader's checks at reload are all), as the configuration loader
+ * parses it; else answers req with the parser's reason, naming key and value. */
+static bool add_value_parses(ControlRequest *req, const char *key, ValueParser parse, const char *value) {
+        union {
+                char *s;
+                long long n;
+        } scratch = {};
+        const char *reason = "invalid";
+        int r;
+
+        if (!parse)
+                return true;
+        r = parse(value, &scratch, &reason);
+        if (r >= 0) {
+                if (streq(key, "kernel"))
+                        free(scratch.s);
+                return true;
+        }
+        control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s = %s: %s; nothing was written", key, value,
+                              r == -ENOMEM ? "out of memory" : reason);
+        return false;
+}
+
 /* add: writes contexts_dir/NAME.ini and reloads; a reload that fails removes the file again. */
 static void method_add(ControlRequest *req, json_t *params, void *userdata) {
-        static const char *const keys[] = { "user", "group", "cwd", "connection_file" };
+        static const struct {
+                const char *key;
+                ValueParser parse;
+        } keys[] = {
+                { "user", NULL },
+                { "group", NULL },
+                { "cwd", NULL },
+                { "connection_file", NULL },
+                { "kernel", parse_kernel_name },
+                { "transport", parse_transport },
+                { "restore", parse_restore },
+        };
         Handlers *h = userdata;
         const char *name = json_string_value(json_object_get(params, "context"));
         json_t *env = json_object_get(params, "env"), *v;
@@ -805,18 +840,20 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
                 return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
         fprintf(f, "; written by kernelctl add\n[context:%s]\n", name);
         for (i = 0; i < ELEMENTSOF(keys); i++) {
-                json_t *kv = json_object_get(params, keys[i]);
+                json_t *kv = json_object_get(params, keys[i].key);
                 if (!kv)
                         continue;
                 if (!json_is_string(kv)) {
                         fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s must be a string", keys[i]);
+                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s must be a string",
+                                                     keys[i].key);
                 }
-                if (!add_value_writable(req, keys[i], kv)) {
+                if (!add_value_writable(req, keys[i].key, kv) ||
+                    !add_value_parses(req, keys[i].key, keys[i].parse, json_string_value(kv))) {
                         fclose(f);
                         return;
                 }
-                fprintf(f, "%s = %s\n", keys[i], json_string_value(kv));
+                fprintf(f, "%s = %s\n", keys[i].key, json_string_value(kv));
         }
         json_array_foreach(env, i, v) {
                 if (!json_is_string(v) || !strchr(json_string_value(v), '=')) {

@@ -152,6 +152,13 @@ int render_status_table(const ReplyContext *contexts, size_t n) {
         if (n_tcp > 0)
                 printf("\ntcp: any local user can connect to the kernel%s of %s on tcp and subscribe to %s output.\n",
                        n_tcp > 1 ? "s" : "", n_tcp > 1 ? "the contexts" : "the context", n_tcp > 1 ? "their" : "its");
+        /* Why each of them is on tcp: auto's choice for its kernel, or the setting. */
+        for (size_t i = 0; i < n; i++)
+                if (streq(rows[i * N_COLUMNS + COL_TRANSPORT], "tcp") && contexts[i].transport_why) {
+                        _cleanup_free_ char *why = client_sanitize(contexts[i].transport_why, false);
+
+                        printf("  %s: tcp, %s\n", rows[i * N_COLUMNS + COL_NAME], why ?: "");
+                }
 finish:
         for (size_t i = 0; i < n; i++)
                 row_free(rows + i * N_COLUMNS);

@@ -480,10 +480,10 @@ static int cmd_add(const Options *o, char **args, unsigned n_args) {
         const struct {
                 const char *key, *value;
         } settings[] = {
-                { "user", o->user },
-                { "group", o->group },
-                { "cwd", o->cwd },
-                { "connection_file", o->connection_file },
+                { "user", o->user },       { "group", o->group },
+                { "cwd", o->cwd },         { "connection_file", o->connection_file },
+                { "kernel", o->kernel },   { "transport", o->transport },
+                { "restore", o->restore },
         };
         json_auto_t *params = NULL, *j = NULL;
         _cleanup_(reply_report_done) ReplyReport report = {};
@@ -553,8 +553,9 @@ static const Verb verbs[] = {
           "ones\nrestart only when their process settings changed",
           0, 0, ARGS_NONE, cmd_reload },
         { "add", "CTX",
-          "write contexts_dir/CTX.ini (--user, --group, --cwd,\n--env K=V..., --connection-file) and apply it;\nwith "
-          "--wait, until its kernel is ready",
+          "write contexts_dir/CTX.ini (--user, --group, --cwd,\n--env K=V..., --connection-file, --kernel, "
+          "--transport,\n"
+          "--restore) and apply it;\nwith --wait, until its kernel is ready",
           1, 1, ARGS_NEW_CONTEXT, cmd_add },
         { "remove", "CTX", "delete contexts_dir/CTX.ini, stop the context and wait\nuntil its kernel is gone", 1, 1,
           ARGS_NEW_CONTEXT, cmd_remove },
@@ -618,6 +619,7 @@ static void help(void) {
                "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
+               "  --kernel NAME, --transport auto|ipc|tcp, --restore none|replay\n"
                "                       add: the new context's settings (--env repeats)\n"
                "  --wait               add: start the new context and wait until its kernel\n"
                "                       is ready\n"
@@ -670,6 +672,9 @@ int main(int argc, char *argv[]) {
                 ARG_ENV,
                 ARG_CONNECTION_FILE,
                 ARG_WAIT,
+                ARG_KERNEL,
+                ARG_TRANSPORT,
+                ARG_RESTORE,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -686,6 +691,9 @@ int main(int argc, char *argv[]) {
                 { "env", required_argument, NULL, ARG_ENV },
                 { "connection-file", required_argument, NULL, ARG_CONNECTION_FILE },
                 { "wait", no_argument, NULL, ARG_WAIT },
+                { "kernel", required_argument, NULL, ARG_KERNEL },
+                { "transport", required_argument, NULL, ARG_TRANSPORT },
+                { "restore", required_argument, NULL, ARG_RESTORE },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -747,6 +755,18 @@ int main(int argc, char *argv[]) {
                         o.connection_file = optarg;
                         add_options = true;
                         break;
+                case ARG_KERNEL:
+                        o.kernel = optarg;
+                        add_options = true;
+                        break;
+                case ARG_TRANSPORT:
+                        o.transport = optarg;
+                        add_options = true;
+                        break;
+                case ARG_RESTORE:
+                        o.restore = optarg;
+                        add_options = true;
+                        break;
                 case ARG_ENV: {
                         char **grown = realloc(env_list, sizeof(char *) * (o.n_env + 2));
                         if (!grown)
@@ -791,7 +811,8 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("--dry-run is an option of reload");
         if ((add_options || o.wait) && !streq(cmd->name, "add"))
                 return client_usage_error(
-                        "--user, --group, --cwd, --env, --connection-file and --wait are options of add");
+                        "--user, --group, --cwd, --env, --connection-file, --kernel, --transport, --restore and "
+                        "--wait are options of add");
 
         if (!o.socket) {
                 env = getenv("KERNELSUP_SOCKET");

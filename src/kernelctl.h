@@ -22,6 +22,7 @@ typedef struct Options {
         bool wait;          /* add: until the new context's kernel is ready */
         /* add: the new context's settings; env is NULL-terminated. */
         const char *user, *group, *cwd, *connection_file;
+        const char *kernel, *transport, *restore; /* add: the new context's kernelspec, transport, restore */
         char **env;
         unsigned n_env;
 } Options;

@@ -137,6 +137,10 @@ int main(int argc, char *argv[]) {
         if (check_only) {
                 printf("%s: OK (%zu context%s)\n", config_path, config->n_contexts,
                        config->n_contexts == 1 ? "" : "s");
+                /* Which transport each context's kernel gets, and why: auto's choice is not in the file. */
+                for (size_t i = 0; i < config->n_contexts; i++)
+                        printf("  %s: transport %s (%s)\n", config->contexts[i].name,
+                               transport_to_string(config->contexts[i].transport), config->contexts[i].transport_why);
                 config_free(config);
                 return 0;
         }

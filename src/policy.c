@@ -62,9 +62,15 @@ bool start_limit_hit(StartLimit *l, usec_t now, unsigned burst, usec_t interval)
                 l->n--;
         }
         l->times[l->n++] = now;
-        return l->n >= burst;
+        l->in_row++;
+        return l->n >= burst || l->in_row >= burst;
 }
 
 void start_limit_reset(StartLimit *l) {
         l->n = 0;
+        l->in_row = 0;
+}
+
+void start_limit_ready(StartLimit *l) {
+        l->in_row = 0;
 }

@@ -47,3 +47,77 @@ json_t *quirks_silent_request(const char *code) {
         return json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 1, "store_history", 0,
                          "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
 }
+
+/* The basename of argv[0], or of a script run by node (node /path/ijskernel ...). */
+static const char *argv_program(char *const *argv) {
+        const char *p, *slash;
+
+        if (!argv || !argv[0])
+                return "";
+        p = argv[0];
+        slash = strrchr(p, '/');
+        if (slash)
+                p = slash + 1;
+        if ((streq(p, "node") || streq(p, "nodejs")) && argv[1] && argv[1][0] != '-') {
+                slash = strrchr(argv[1], '/');
+                p = slash ? slash + 1 : argv[1];
+        }
+        return p;
+}
+
+static bool argv_has_word(char *const *argv, const char *needle) {
+        for (size_t i = 0; argv && argv[i]; i++)
+                if (strstr(argv[i], needle))
+                        return true;
+        return false;
+}
+
+/* ijavascript's kernel as `ijsinstall --spec-path=full` runs it: node .../ijavascript/lib/kernel.js. */
+#define IJAVASCRIPT_SCRIPT "ijavascript/lib/kernel.js"
+
+typedef struct KnownKernel {
+        const char *program; /* argv_program(), or NULL: told by needle */
+        const char *needle;  /* a word of argv, or NULL */
+        Transport transport;
+        const char *why;
+} KnownKernel;
+
+static const KnownKernel known_kernels[] = {
+        { NULL, "IRkernel::main", TRANSPORT_IPC, "auto: IRkernel binds Unix sockets" },
+        { "xpython", NULL, TRANSPORT_TCP, "auto: xeus-python aborts on an ipc endpoint" },
+        { "xpython_raw", NULL, TRANSPORT_TCP, "auto: xeus-python aborts on an ipc endpoint" },
+        { "tslab", NULL, TRANSPORT_TCP, "auto: tslab writes ipc endpoints that no client finds" },
+        { "ijskernel", NULL, TRANSPORT_TCP, "auto: ijavascript cannot bind an ipc endpoint" },
+        { NULL, IJAVASCRIPT_SCRIPT, TRANSPORT_TCP, "auto: ijavascript cannot bind an ipc endpoint" },
+};
+
+bool quirks_ipykernel(char *const *argv) {
+        const char *module = argv && argv[0] && argv[1] && streq(argv[1], "-m") ? argv[2] : NULL;
+
+        return module && (streq(module, "ipykernel_launcher") || streq(module, "ipykernel"));
+}
+
+Transport quirks_transport(char *const *argv, const char **ret_why) {
+        const char *program = argv_program(argv);
+
+        if (quirks_ipykernel(argv)) {
+                *ret_why = "auto: ipykernel binds Unix sockets";
+                return TRANSPORT_IPC;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(known_kernels); i++) {
+                const KnownKernel *k = &known_kernels[i];
+
+                if (k->program ? streq(program, k->program) : argv_has_word(argv, k->needle)) {
+                        *ret_why = k->why;
+                        return k->transport;
+                }
+        }
+        *ret_why = "auto: a kernel not known to bind Unix sockets; tcp is what every Jupyter kernel supports";
+        return TRANSPORT_TCP;
+}
+
+bool quirks_interrupt_resets(char *const *argv) {
+        const char *program = argv_program(argv);
+
+        return streq(program, "ijskernel") || argv_has_word(argv, IJAVASCRIPT_SCRIPT);
+}

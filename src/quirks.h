@@ -13,10 +13,15 @@
  * cold alike), so exit() leaves the kernel and its namespace as they are; its reply still carries the payload
  * {"source": "ask_exit", "keepkernel": true}, which exec reads to say so.
  *
+ * The kernels' transports and interrupts are told by their argv, before any kernel_info.
+ *
  * Pure. */
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
+
+#include "connfile.h"
 
 /* The code that gives SIGINT back to Python in the kernel that answered kernel_info with content
  * (borrowed), or NULL when that kernel needs none. Static. */
@@ -34,3 +39,16 @@ int quirks_exit_asked(const json_t *execute_reply_content);
 /* The content of a silent execute_request of code: no history, no broadcast, no input. NULL on out of
  * memory. */
 json_t *quirks_silent_request(const char *code);
+
+/* transport = auto (the default): ipc for the kernels known to bind Unix sockets (ipykernel, IRkernel), tcp for
+ * every other, known or not (xeus-python aborts on an ipc endpoint, tslab writes ipc endpoints no client finds,
+ * ijavascript fails with "No such device"; tcp is what every Jupyter kernel supports). Told by the kernel's argv
+ * (borrowed). *ret_why (static) says why, for status and --check-config. */
+Transport quirks_transport(char *const *argv, const char **ret_why);
+/* Whether argv (borrowed) runs ipykernel: PYTHON -m ipykernel_launcher, or -m ipykernel. */
+bool quirks_ipykernel(char *const *argv);
+
+/* Whether a kernel ends its interpreter and starts an empty one inside the same process on SIGINT (ijavascript:
+ * its session child dies with the group's signal and is replaced; its own handler restarts the session too), so
+ * that an interrupt loses the namespace while the kernel stays. Told by argv (borrowed). */
+bool quirks_interrupt_resets(char *const *argv);

@@ -168,6 +168,7 @@ static const Field context_fields[] = {
         F(ReplyContext, "limits", FIELD_STRUCT, limits, .sub = &limits_type),
         F(ReplyContext, "transport", FIELD_STRING, transport),
         F(ReplyContext, "transport_note", FIELD_STRING, transport_note, .flags = NULLABLE),
+        F(ReplyContext, "transport_why", FIELD_STRING, transport_why, .flags = OPTIONAL),
         F(ReplyContext, "running", FIELD_STRING, running, .flags = NULLABLE),
         F(ReplyContext, "output_chunking", FIELD_STRING, output_chunking, .flags = NULLABLE),
         F(ReplyContext, "started", FIELD_STRING, started, .flags = NULLABLE),

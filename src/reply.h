@@ -126,6 +126,7 @@ typedef struct ReplyContext {
         ReplyLimits limits;
         const char *transport;       /* "ipc" or "tcp" */
         const char *transport_note;  /* for tcp: any local user can reach the kernel; NULL: null */
+        const char *transport_why;   /* why that transport: auto's reason for the kernel, or set; NULL: left out */
         const char *running;         /* whose cell the kernel runs while busy: "ours" (from exec through the
                                       * daemon) or "other" (another client's); NULL: null */
         const char *output_chunking; /* "on" or "off" for a running IPython kernel (chunking.h); NULL: null */

@@ -55,6 +55,7 @@ ks_install_fuzz() {
 # TypeScript) with its kernelspecs in $1/npm/prefix/share/jupyter. Each outcome goes to $1/NAME.status,
 # "ok" or "skip: WHY", which the test reads: a kernel that cannot be installed is a skip, never a failure.
 KS_TSLAB_VERSION=1.0.22
+KS_IJAVASCRIPT_VERSION=5.2.1
 ks_install_kernels() {
         local cache=$1 log
         mkdir -p "$cache" || return 1
@@ -85,4 +86,31 @@ ks_install_kernels() {
                 status=ok
         fi
         echo "$status" >"$cache/tslab.status"
+        ks_install_ijavascript "$cache" "$log"
+}
+
+# ijavascript (npm, with its zeromq addon linked against Debian's libzmq: node-gyp needs a C++ toolchain, make and
+# python). Its kernelspec is written as `ijsinstall --spec-path=full` would (ijsinstall itself needs a
+# jupyter-kernelspec command Debian's jupyter lacks) into $cache/ijs/prefix/share/jupyter/kernels/ijavascript.
+ks_install_ijavascript() {
+        local cache=$1 log=$2 ijs="$1/ijs" spec status
+        spec="$ijs/prefix/share/jupyter/kernels/ijavascript"
+        status="skip: ijavascript $KS_IJAVASCRIPT_VERSION could not be installed from npm (see $log)"
+        if grep -q "\"version\": \"$KS_IJAVASCRIPT_VERSION\"" "$ijs/node_modules/ijavascript/package.json" 2>/dev/null &&
+                [ -f "$spec/kernel.json" ]; then
+                status=ok
+        elif { command -v npm >/dev/null || ks_install_missing nodejs npm >>"$log" 2>&1; } &&
+                ks_install_missing g++ make python3 pkg-config libzmq3-dev >>"$log" 2>&1 &&
+                npm_config_zmq_external=true npm install --prefix "$ijs" --no-audit --no-fund \
+                        "ijavascript@$KS_IJAVASCRIPT_VERSION" >>"$log" 2>&1 &&
+                { node -e "require('$ijs/node_modules/zeromq')" >>"$log" 2>&1 ||
+                        # npm 11 skips install scripts it was not told to allow: build the addon then.
+                        { (cd "$ijs" && npm_config_zmq_external=true npm rebuild zeromq --foreground-scripts) >>"$log" 2>&1 &&
+                                node -e "require('$ijs/node_modules/zeromq')" >>"$log" 2>&1; }; } && mkdir -p "$spec" &&
+                printf '{"argv": ["%s", "%s", "--hide-undefined", "{connection_file}", "--protocol=5.0"], %s}\n' \
+                        "$(command -v node)" "$ijs/node_modules/ijavascript/lib/kernel.js" \
+                        '"display_name": "JavaScript (Node.js)", "language": "javascript"' >"$spec/kernel.json"; then
+                status=ok
+        fi
+        echo "$status" >"$cache/ijavascript.status"
 }

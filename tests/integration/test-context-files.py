@@ -90,7 +90,36 @@ def test_add(tap, d):
     r = d.ctl("add", "gone")
     tap.eq(r.returncode, 1, "add of an existing name exits 1, as kernelctl(1) says", r.stderr)
     tap.contains(r.stderr, "context gone exists already", "add of an existing name says so")
+    test_add_kernel(tap, d)
     return c
+
+
+def test_add_kernel(tap, d):
+    """add --kernel, --transport, --restore: the keys in the file, loaded; a bad value named, nothing written."""
+    if not os.path.exists("/usr/share/jupyter/kernels/ir/kernel.json"):
+        tap.skip("add --kernel ir", "IRkernel's kernelspec is not installed (r-cran-irkernel)")
+        return
+    r = d.ctl("add", "conv-r", "--kernel", "ir", "--transport", "tcp", "--restore", "replay", "--wait", timeout=90)
+    tap.eq(r.returncode, 0, "add conv-r --kernel ir --transport tcp --restore replay --wait exits 0",
+           r.stdout + r.stderr)
+    with open(d.context_file("conv-r")) as f:
+        lines = f.read().splitlines()
+    tap.ok({"kernel = ir", "transport = tcp", "restore = replay"} <= set(lines), "the file has the three keys", lines)
+    c = d.context("conv-r")
+    tap.eq((c.get("kernel"), c.get("language"), c.get("transport"), c.get("transport_why")),
+           ("ir", "R", "tcp", "set in the configuration"), "the context loaded them: ir's spec, tcp as set")
+    tap.ok(c.get("journal") is not None, "restore = replay: the context keeps a journal", c)
+    r = d.ctl("remove", "conv-r", timeout=60)
+    tap.eq(r.returncode, 0, "remove conv-r exits 0", r.stdout + r.stderr)
+    for opt, value, reason in (("--transport", "udp", "transport = udp: expected auto, ipc or tcp"),
+                               ("--restore", "always", "restore = always: expected none or replay"),
+                               ("--kernel", "no/such", "kernel = no/such: expected a kernelspec name")):
+        r = d.ctl("add", "conv-bad", opt, value)
+        tap.eq(r.returncode, 1, f"add {opt} {value} exits 1", r.stdout + r.stderr)
+        # Checked by the key's own parser before anything is written (not by a reload of a written file).
+        tap.contains(r.stderr, reason, f"add {opt} {value}: the error names the value and why")
+        tap.contains(r.stderr, "nothing was written", f"add {opt} {value}: refused before a file was written")
+        tap.ok(not os.path.exists(d.context_file("conv-bad")), f"add {opt} {value}: nothing written")
 
 
 def test_remove(tap, d, gone):

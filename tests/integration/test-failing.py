@@ -3,6 +3,8 @@ that hangs past start_timeout, the start limit, the failed cool-down, and a good
 kernel next to them that is not disturbed."""
 
 import os
+import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -23,6 +25,11 @@ def contexts():
         "\n[context:cooldown]\nargv = /bin/false\nfailed_cooldown = 2s\n" + FAST +
         f"\n[context:slowback]\nargv = /bin/false\nrestart = always\nstart_limit_burst = 2\n"
         f"backoff_min = {BACKOFF}s\nbackoff_max = {BACKOFF}s\n"
+        # Each start takes start_timeout, longer than start_limit_interval: 3 can never fall within the window,
+        # and the 3 in a row must still make it failed.
+        "\n[context:slowhang]\nargv = /bin/sleep 1000\nstart_timeout = 2s\nstart_limit_burst = 3\n"
+        "start_limit_interval = 1s\nbackoff_max = 200ms\n"
+        "\n[context:ipcfalse]\nargv = /bin/false\ntransport = ipc\n" + FAST
     )
 
 
@@ -44,7 +51,7 @@ def test(tap):
     j = d.status()
     by = {c["name"]: c for c in j["contexts"]}
     tap.eq(by["good"]["state"], "ready", "the good kernel is ready next to the failing ones")
-    for name in ("false", "missing", "pymissing", "hang", "slowback"):
+    for name in ("false", "missing", "pymissing", "hang", "slowback", "slowhang", "ipcfalse"):
         tap.eq(by[name]["state"], "failed", f"{name}: failed when READY=1 came")
         tap.eq(by[name]["pid"], None, f"{name}: no pid when failed")
     tap.ok(any("failed" in s for s in d.statuses()), "a STATUS= text counts failed kernels", repr(d.statuses()))
@@ -65,6 +72,48 @@ def test(tap):
     tap.ok("backoff" in d.history.get("slowback", []), "slowback: went through backoff",
            repr(d.history.get("slowback")))
     tap.diag(f"observed states: {d.history!r}")
+
+    # Failed starts in a row count, whatever their times: 3 launches of 2 s each, a 1 s window.
+    s = by["slowhang"]
+    tap.eq(s["incarnation"], 3, "slowhang: failed after start_limit_burst = 3 launches, though 3 x 2 s > 1 s window")
+    tap.contains(s["last_error"] or "", "did not answer kernel_info within start_timeout (2s)",
+                 "slowhang: last_error names start_timeout")
+    # On ipc a kernel other than ipykernel that fails before ready names the fix; on tcp (auto's choice for a
+    # kernel not known) it does not.
+    tap.contains(by["ipcfalse"]["last_error"] or "", "set transport = tcp", "ipcfalse: last_error names the fix")
+    tap.ok("transport" not in (f["last_error"] or ""), "false (tcp): last_error names no transport", f["last_error"])
+    tap.eq((f["transport"], f.get("transport_why")),
+           ("tcp", "auto: a kernel not known to bind Unix sockets; tcp is what every Jupyter kernel supports"),
+           "false: auto gives an unknown kernel tcp, and status says why")
+    tap.eq((by["ipcfalse"]["transport"], by["ipcfalse"].get("transport_why")), ("ipc", "set in the configuration"),
+           "ipcfalse: an explicit transport wins, and status says so")
+    tap.eq((by["good"]["transport"], by["good"].get("transport_why")), ("ipc", "auto: ipykernel binds Unix sockets"),
+           "good: auto gives ipykernel ipc")
+    r = d.ctl("status")
+    tap.ok(re.search(r"^  false: tcp, auto: a kernel not known to bind Unix sockets", r.stdout, re.M),
+           "status (text) says why false is on tcp", r.stdout)
+    r = subprocess.run([harness.KERNELSUPD, "--check-config", "--config", d.config], capture_output=True, text=True)
+    tap.ok(re.search(r"^  false: transport tcp \(auto: a kernel not known", r.stdout, re.M) and
+           re.search(r"^  good: transport ipc \(auto: ipykernel binds Unix sockets\)$", r.stdout, re.M),
+           "--check-config shows each context's transport and why", f"{r.stdout!r} {r.stderr!r}")
+
+    # A cell waiting for a context that never becomes ready is answered once it is failed.
+    p = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "start", "slowhang"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    d.wait_state("slowhang", "starting", timeout=30)
+    e = subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, "exec", "slowhang", "1"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = e.communicate(timeout=harness.scaled(60))
+    except subprocess.TimeoutExpired:
+        e.kill()
+        out, err = e.communicate()
+        out += "(still waiting after 60 s)"
+    p.communicate(timeout=harness.scaled(60))
+    tap.eq(e.returncode, 1, "exec without --timeout on a context that ends failed is answered (exit 1)",
+           f"{out!r} {err!r}")
+    tap.contains(err, "did not answer kernel_info within start_timeout", "the exec's answer says why")
+    tap.eq(d.context("slowhang")["state"], "failed", "slowhang: failed again after kernelctl start")
 
     # The hanging kernel's process group was killed at the deadline.
     hang_pids = d.pids_of.get("hang", [])

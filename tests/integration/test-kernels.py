@@ -20,36 +20,48 @@ import harness  # noqa: E402
 
 CACHE = os.environ.get("KS_KERNEL_CACHE") or os.path.join(harness.BUILDDIR, "kernel-cache")
 TSLAB_JUPYTER = os.path.join(CACHE, "npm", "prefix", "share", "jupyter")
+IJS_JUPYTER = os.path.join(CACHE, "ijs", "prefix", "share", "jupyter")  # ks_install_ijavascript's
+JUPYTER_PATH = f"{TSLAB_JUPYTER}:{IJS_JUPYTER}"
+AUTO_TCP = "auto: a kernel not known to bind Unix sockets; tcp is what every Jupyter kernel supports"
 IDLE_SECONDS = int(os.environ.get("KS_KERNELS_IDLE_SECONDS", "65"))  # shorter only while developing the test
 # KS_KERNELS=jslab,tslab runs only those of the matrix (to run one part again and again); the others are skips.
 SELECTED = [n for n in os.environ.get("KS_KERNELS", "").replace(",", " ").split() if n]
 
-# Per kernel: the code of each step in its language.
+# Per kernel: the code of each step in its language, and the transport that transport = auto (no setting: every
+# kernel runs without one) must pick, with status's reason.
 KERNELS = {
     "python3": dict(
-        language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
+        transport=("ipc", "auto: ipykernel binds Unix sockets"), language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
         set="kept = 41 + 1", get="print(kept)", sleep="import time; time.sleep(60)",
         started='print("started", flush=True)\nimport time; time.sleep(60)'),
     # xeus-python cannot bind ipc endpoints (libzmq: Invalid argument), and tslab makes them "ipc://PATH:PORT"
-    # (jupyter_client's are PATH-PORT, so no client finds them): those run on tcp.
+    # (jupyter_client's are PATH-PORT, so no client finds them): auto puts those on tcp.
     "xpython": dict(
-        config="transport = tcp\n", language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
+        transport=("tcp", "auto: xeus-python aborts on an ipc endpoint"), language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
         set="kept = 41 + 1", get="print(kept)", sleep="import time; time.sleep(60)",
         started='print("started", flush=True)\nimport time; time.sleep(60)'),
     "ir": dict(
-        language="R", stdout='cat("hello\\n"); 6 * 7', result="[1] 42", error='stop("boom")', error_text="boom",
+        transport=("ipc", "auto: IRkernel binds Unix sockets"), language="R", stdout='cat("hello\\n"); 6 * 7', result="[1] 42", error='stop("boom")', error_text="boom",
         set="kept <- 41 + 1", get="cat(kept, '\\n')", sleep="Sys.sleep(60)", interrupted=(10, "[aborted]"),
         started='cat("started\\n")\nSys.sleep(60)'),
     "jslab": dict(
-        config="transport = tcp\n", language="javascript", stdout='console.log("hello"); 6 * 7', result="42", error='throw new Error("boom")',
+        transport=("tcp", "auto: tslab writes ipc endpoints that no client finds"), language="javascript", stdout='console.log("hello"); 6 * 7', result="42", error='throw new Error("boom")',
         error_text="boom", set="var kept = 41 + 1", get="console.log(kept)",
         sleep="await new Promise(r => setTimeout(r, 60000))",
         started='console.log("started");\nawait new Promise(r => setTimeout(r, 60000))'),
     "tslab": dict(
-        config="transport = tcp\n", language="typescript", stdout='console.log("hello"); const n: number = 6 * 7; n', result="42",
+        transport=("tcp", "auto: tslab writes ipc endpoints that no client finds"), language="typescript", stdout='console.log("hello"); const n: number = 6 * 7; n', result="42",
         error='throw new Error("boom")', error_text="boom", set="let kept: number = 41 + 1",
         get="console.log(kept)", sleep="await new Promise(r => setTimeout(r, 60000))",
         started='console.log("started");\nawait new Promise(r => setTimeout(r, 60000))'),
+    # ijavascript answers SIGINT by starting an empty session in the same process: the daemon restarts it
+    # instead, so that check --expect says 8 (namespace lost) rather than vouching for the same pid.
+    "ijavascript": dict(
+        transport=("tcp", "auto: ijavascript cannot bind an ipc endpoint"), language="javascript",
+        stdout='console.log("hello"); 6 * 7', result="42", error='throw new Error("boom")', error_text="boom",
+        set="var kept = 41 + 1", get="console.log(kept)",
+        sleep='require("child_process").execSync("sleep 60")',
+        started='console.log("started");\nrequire("child_process").execSync("sleep 60")', resets=True),
 }
 
 
@@ -59,7 +71,8 @@ def why_missing(name):
     if name == "python3":
         return None if os.path.exists("/usr/lib/python3/dist-packages/ipykernel") else "Debian's ipykernel is missing"
     spec = {"xpython": "/usr/share/jupyter/kernels/xpython/kernel.json",
-            "ir": "/usr/share/jupyter/kernels/ir/kernel.json"}.get(name) or \
+            "ir": "/usr/share/jupyter/kernels/ir/kernel.json",
+            "ijavascript": os.path.join(IJS_JUPYTER, "kernels", name, "kernel.json")}.get(name) or \
         os.path.join(TSLAB_JUPYTER, "kernels", name, "kernel.json")
     if os.path.exists(spec):
         return None
@@ -112,7 +125,7 @@ def steps(d, name, k, res):
 
     r = ctl(d, "exec", name, k["set"])
     res.ok(r.returncode == 0, "a variable is set", f"{r.stdout!r} {r.stderr!r}")
-    pid = d.context(name)["pid"]
+    pid, kid0 = d.context(name)["pid"], d.context(name)["kernel_id"]
 
     # An interrupt ends the running cell and keeps the namespace and the kernel. It is sent once the cell has
     # printed "started": a kernel that says busy has not always entered the cell's code yet, and a SIGINT
@@ -134,6 +147,9 @@ def steps(d, name, k, res):
         if p.poll() is None:
             p.kill()
             p.wait()
+    if k.get("resets"):
+        interrupt_resets(d, name, k, res, kid0, p.returncode, out, err)
+        return
     # ipykernel, xeus-python and tslab end it with an error; IRkernel answers it "aborted" ([aborted], exit 10).
     code, summary = k.get("interrupted", (7, "[error"))
     res.ok(p.returncode == code and summary in out, f"the interrupted cell ends {summary}... (exit {code})",
@@ -152,6 +168,32 @@ def steps(d, name, k, res):
     r = ctl(d, "exec", name, k["get"])
     res.ok(r.returncode == 0 and "42" in r.stdout, "the namespace survived the timeout", f"{r.stdout!r} {r.stderr!r}")
 
+    check_and_restart(d, name, k, res)
+
+
+def interrupt_resets(d, name, k, res, kid0, code, out, err):
+    """A kernel whose interrupt empties its namespace (ijavascript): never 'same kernel, namespace intact'."""
+    res.ok(code != 0 and not re.search(r"^\[ok", out, re.M), "the interrupted cell does not end [ok]",
+           f"{code} {out!r} {err!r}")
+    c = d.wait_state(name, "ready", timeout=60)
+    res.ok(c["kernel_id"] != kid0, "after the interrupt: another kernel_id (the namespace was emptied)",
+           c["kernel_id"])
+    r = ctl(d, "check", name, "--expect", kid0)
+    res.ok(r.returncode == 8, "check --expect of the kernel before the interrupt exits 8 (namespace lost)",
+           f"{r.returncode} {r.stdout!r} {r.stderr!r}")
+    r = ctl(d, "exec", name, k["get"])
+    res.ok("42" not in r.stdout, "the variable is indeed gone", f"{r.stdout!r} {r.stderr!r}")
+    r = ctl(d, "exec", name, k["set"])
+    kid = d.context(name)["kernel_id"]
+    r = ctl(d, "exec", "--timeout", "2", name, k["sleep"])
+    res.ok(r.returncode != 0, "exec --timeout 2 of a long cell does not end ok", f"{r.returncode} {r.stdout!r}")
+    d.wait_state(name, "ready", timeout=60)
+    r = ctl(d, "check", name, "--expect", kid)
+    res.ok(r.returncode == 8, "check --expect after the timeout's interrupt exits 8", f"{r.returncode} {r.stdout!r}")
+    check_and_restart(d, name, k, res)
+
+
+def check_and_restart(d, name, k, res):
     # check --expect: 0 for the running kernel, 8 for the one a restart replaced.
     kid = d.context(name)["kernel_id"]
     r = ctl(d, "check", name, "--expect", kid)
@@ -184,15 +226,15 @@ def test(tap):
     if not present:
         tap.skip_all("no kernel of the matrix is installed")
 
-    d = harness.Daemon(tap, contexts="", defaults=f"env = JUPYTER_PATH={TSLAB_JUPYTER}\nstart_timeout = 120s\n")
+    d = harness.Daemon(tap, contexts="", defaults=f"env = JUPYTER_PATH={JUPYTER_PATH}\nstart_timeout = 120s\n")
     # tslab's TypeScript compiler watches the kernel's cwd: a file changed there (the home of a busy user) makes
     # its next cell fail ("Unexpected pending rebuildTimer"). Each context gets a quiet directory of its own.
     contexts = ""
     for name, k in present.items():
         cwd = os.path.join(d.tmp, f"cwd-{name}")
         os.makedirs(cwd)
-        contexts += f"[context:{name}]\nkernel = {name}\ncwd = {cwd}\n{k.get('config', '')}\n"
-    d.write_config(contexts, defaults=f"env = JUPYTER_PATH={TSLAB_JUPYTER}\nstart_timeout = 120s\n")
+        contexts += f"[context:{name}]\nkernel = {name}\ncwd = {cwd}\n\n"  # no transport: auto
+    d.write_config(contexts, defaults=f"env = JUPYTER_PATH={JUPYTER_PATH}\nstart_timeout = 120s\n")
     d.start()
     d.wait_all_ready(list(present), timeout=180)
     st = {c["name"]: c for c in d.status()["contexts"]}
@@ -200,6 +242,8 @@ def test(tap):
         c = st.get(name, {})
         tap.eq((c.get("state"), c.get("kernel"), c.get("language")), ("ready", name, k["language"]),
                f"{name}: ready, with its kernelspec's name and language")
+        tap.eq((c.get("transport"), c.get("transport_why")), k["transport"],
+               f"{name}: with no transport set, auto chose {k['transport'][0]}, and status says why")
 
     # A minute idle, every kernel at once: no unresponsive, no missed heartbeat (5 s apart: 13 beats each).
     mark = d.log_mark()

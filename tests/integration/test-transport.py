@@ -531,7 +531,8 @@ def test(tap):
         f"[context:userctx]\nargv = {harness.IPYKERNEL_ARGV}\nuser = {user.name}\n"
         f"env = IPYTHONDIR={user.home}/.ipython\n"
         "[context:tcpctx]\ntransport = tcp\n"
-        f"[context:stub]\nargv = {harness.STUB_ARGV}\nrestart = no\n"
+        # The stub binds Unix sockets, but is no kernel auto knows: ipc is set.
+        f"[context:stub]\nargv = {harness.STUB_ARGV}\nrestart = no\ntransport = ipc\n"
     )
     # Root's kernels under umask 0 keep IPython's files in the test's directory, not in /root.
     defaults = f"env = IPYTHONDIR={home_ipy}\n"

@@ -522,6 +522,45 @@ static void test_restore(void) {
         ok(!restore_to_string(_RESTORE_MAX), "out of range: NULL");
 }
 
+/* transport = auto by the kernel's argv: ipc for ipykernel and IRkernel, tcp for every other kernel. */
+static void test_transport_auto(void) {
+        static const struct {
+                const char *argv;
+                Transport want;
+                const char *why;
+        } cases[] = {
+                { "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file}", TRANSPORT_IPC,
+                  "auto: ipykernel binds Unix sockets" },
+                { "/usr/bin/R --slave -e IRkernel::main() --args {kernel_file}", TRANSPORT_IPC,
+                  "auto: IRkernel binds Unix sockets" },
+                { "/usr/bin/xpython -f {kernel_file}", TRANSPORT_TCP, "auto: xeus-python aborts on an ipc endpoint" },
+                { "/opt/npm/node_modules/.bin/tslab kernel --config-path {kernel_file} --js", TRANSPORT_TCP,
+                  "auto: tslab writes ipc endpoints that no client finds" },
+                { "/usr/bin/node /opt/ijs/node_modules/ijavascript/lib/kernel.js {kernel_file}", TRANSPORT_TCP,
+                  "auto: ijavascript cannot bind an ipc endpoint" },
+                { "/opt/k/mykernel {kernel_file}", TRANSPORT_TCP,
+                  "auto: a kernel not known to bind Unix sockets; tcp is what every Jupyter kernel supports" },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *content = NULL;
+                const ContextConfig *cc;
+                Config *c;
+
+                if (asprintf(&content, "[context:a]\nargv = %s\n[context:b]\nargv = %s\ntransport = ipc\n",
+                             cases[i].argv, cases[i].argv) < 0)
+                        abort();
+                new_ctx_dir(false);
+                c = load_ok(content, cases[i].argv);
+                cc = c ? config_find_context(c, "a") : NULL;
+                ok(cc && cc->transport == cases[i].want && streq_ptr(cc->transport_why, cases[i].why),
+                   "auto for %s: %s (%s)", cases[i].argv, transport_to_string(cases[i].want), cases[i].why);
+                cc = c ? config_find_context(c, "b") : NULL;
+                ok(cc && cc->transport == TRANSPORT_IPC, "an explicit transport = ipc wins for %s", cases[i].argv);
+                config_free(c);
+        }
+}
+
 static void test_transport(void) {
         _cleanup_free_ char *content = NULL;
         const ContextConfig *cc;
@@ -530,10 +569,12 @@ static void test_transport(void) {
         new_ctx_dir(false);
         c = load_ok("[context:a]\n[context:b]\ntransport = tcp\n", "transport");
         cc = c ? config_find_context(c, "a") : NULL;
-        ok(cc && cc->transport == TRANSPORT_IPC, "transport defaults to ipc");
+        ok(cc && cc->transport == TRANSPORT_IPC, "transport defaults to auto: ipc for the built-in ipykernel");
         cc = c ? config_find_context(c, "b") : NULL;
-        ok(cc && cc->transport == TRANSPORT_TCP, "transport = tcp");
+        ok(cc && cc->transport == TRANSPORT_TCP && streq_ptr(cc->transport_why, "set in the configuration"),
+           "transport = tcp, as set");
         config_free(c);
+        test_transport_auto();
         new_ctx_dir(false);
         c = load_ok("[defaults]\ntransport = tcp\n[context:a]\n[context:b]\ntransport = ipc\n",
                     "transport in [defaults]");
@@ -551,7 +592,8 @@ static void test_transport(void) {
         c = load_ok(content, "socket paths of exactly 107 bytes");
         config_free(c);
         free(content);
-        check_ipc_too_long("[context:a]\n", "@/main.ini:4: [context:a]: transport is ipc (the default)",
+        check_ipc_too_long("[context:a]\n",
+                           "@/main.ini:4: [context:a]: transport is ipc (auto: ipykernel binds Unix sockets)",
                            "ipc socket paths of 108 bytes, transport by default");
         check_ipc_too_long("[defaults]\ntransport = ipc\n[context:a]\n", "@/main.ini:5: [defaults] transport = ipc",
                            "ipc socket paths of 108 bytes, transport in [defaults]");

@@ -72,11 +72,21 @@ static void test_start_limit(void) {
         start_limit_reset(&l);
         ok(!start_limit_hit(&l, 200 * s, 5, 60 * s), "after reset: counting again");
 
-        /* Failures spread wider than the window never trip it. */
+        /* Failures spread wider than the window, each after a start that reached ready, never trip it. */
         start_limit_reset(&l);
-        for (int i = 0; i < 20; i++)
+        for (int i = 0; i < 20; i++) {
                 if (!ok(!start_limit_hit(&l, (usec_t) (1000 + 20 * i) * s, 5, 60 * s), "slow failure %d", i))
                         break;
+                start_limit_ready(&l);
+        }
+        /* Slow failed starts in a row (a 30 s start_timeout each: never 5 within 60 s) trip it at the 5th. */
+        start_limit_reset(&l);
+        for (int i = 0; i < 4; i++)
+                ok(!start_limit_hit(&l, (usec_t) (3000 + 31 * i) * s, 5, 60 * s), "slow failed start %d in a row",
+                   i + 1);
+        ok(start_limit_hit(&l, 3200 * s, 5, 60 * s), "the 5th failed start in a row trips it, 200 s after the 1st");
+        start_limit_ready(&l);
+        ok(!start_limit_hit(&l, 9000 * s, 5, 60 * s), "a start that reached ready starts the row over");
         /* burst 1: every failure is fatal. */
         start_limit_reset(&l);
         ok(start_limit_hit(&l, 5 * s, 1, 60 * s), "burst 1 trips at once");

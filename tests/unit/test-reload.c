@@ -146,7 +146,8 @@ static void test_reasons(void) {
                 { "cwd = /tmp", RELOAD_RESTART, "cwd" },
                 { "env = A=1", RELOAD_RESTART, "env" },
                 { "connection_file = /tmp/k.json", RELOAD_RESTART, "connection_file" },
-                { "transport = tcp", RELOAD_RESTART, "transport" },
+                /* The base argv is no kernel auto knows (tcp): ipc is the change. */
+                { "transport = ipc", RELOAD_RESTART, "transport" },
                 { "memory_max = 100M", RELOAD_RESTART, "memory_max" },
                 { "cpu_quota = 50%", RELOAD_RESTART, "cpu_quota" },
                 { "tasks_max = 10", RELOAD_RESTART, "tasks_max" },
