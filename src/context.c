@@ -13,6 +13,7 @@
 #include "quirks.h"
 #include "context-private.h"
 #include "log.h"
+#include "preload.h"
 #include "userfile.h"
 #include "util.h"
 
@@ -68,6 +69,8 @@ void context_set_state(Context *c, ContextStateKind to) {
                          to == CONTEXT_FAILED && c->st.last_error ? ": " : "",
                          to == CONTEXT_FAILED && c->st.last_error ? c->st.last_error : "");
                 exec_queue_give_up(c->exec, why);
+                /* What its user's launcher runs is ended with the last of that user's contexts. */
+                preload_owner_gone(c->host->preload, c);
         }
         c->host->state_changed(c->host->userdata, c);
 }
