@@ -69,8 +69,6 @@ void context_set_state(Context *c, ContextStateKind to) {
                          to == CONTEXT_FAILED && c->st.last_error ? ": " : "",
                          to == CONTEXT_FAILED && c->st.last_error ? c->st.last_error : "");
                 exec_queue_give_up(c->exec, why);
-                /* What its user's launcher runs is ended with the last of that user's contexts. */
-                preload_owner_gone(c->host->preload, c);
         }
         c->host->state_changed(c->host->userdata, c);
 }
@@ -917,6 +915,8 @@ void context_stop(Context *c) {
         c->launch_deferred = false;
         c->restart_pending = false;
         context_begin_stop(c);
+        /* What its user's launcher runs is ended with the last of that user's contexts a stop asked for. */
+        preload_owner_gone(c->host->preload, c);
 }
 
 void context_restart(Context *c) {

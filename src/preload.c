@@ -78,6 +78,8 @@ struct Launcher {
         uv_timer_t *timer; /* the ready deadline while starting, then the deadline of the oldest request */
         PreloadLaunch *queue;
         char *why;      /* while dead */
+        char *last_why; /* while starting again: why the last one ended, which its launches say */
+        char *note;     /* the sentence a launch through it is told while it starts again */
         bool why_weak;  /* why is a guess ("closed its channel"): its exit status tells better */
         usec_t dead_at; /* CLOCK_MONOTONIC */
         usec_t used_at; /* CLOCK_MONOTONIC: last asked for */
@@ -94,7 +96,7 @@ struct PreloadPool {
         struct PreloadOwner {
                 const void *owner;
                 uid_t uid;
-        } *owners;
+        } * owners;
         size_t n_owners;
 };
 
@@ -390,6 +392,8 @@ static void launcher_free(Launcher *l) {
         strv_free(l->key);
         free(l->user.groups);
         free(l->why);
+        free(l->last_why);
+        free(l->note);
         free(l);
 }
 
@@ -519,6 +523,8 @@ static void launcher_poll_cb(uv_poll_t *h, int status, int events) {
                 if (json_integer_value(json_object_get(j, "ready")) == l->pid) {
                         uv_timer_stop(l->timer);
                         l->state = LAUNCHER_READY;
+                        free(l->last_why);
+                        l->last_why = NULL;
                         log_info("preloaded launcher %d (%s -m %s) is ready", (int) l->pid, l->key[0], l->key[1]);
                         return;
                 }
@@ -661,8 +667,8 @@ static int launcher_start(Launcher *l) {
         l->poll->data = l->timer->data = l;
         uv_poll_start(l->poll, UV_READABLE, launcher_poll_cb);
         uv_timer_start(l->timer, launcher_timer_cb, l->pool->ready_msec, 0);
-        free(l->why);
-        l->why = NULL;
+        free(l->last_why);
+        l->last_why = TAKE_PTR(l->why);
         l->why_weak = false;
         l->state = LAUNCHER_STARTING;
         log_info("preloaded launcher %d (%s -m %s) started", (int) l->pid, l->key[0], l->key[1]);
@@ -681,6 +687,13 @@ static const char *launcher_why_not(Launcher *l) {
         if (l->state == LAUNCHER_DEAD && l->pid == 0 && now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC &&
             launcher_start(l) < 0)
                 return l->why;
+        if (l->state == LAUNCHER_STARTING && l->last_why) {
+                /* Not "still importing": the last one could not start or ended (a missing file, an exit). */
+                free(l->note);
+                if (asprintf(&l->note, "the preloaded launcher is starting again; the last one: %s", l->last_why) < 0)
+                        l->note = NULL;
+                return l->note ?: l->last_why;
+        }
         if (l->state == LAUNCHER_STARTING)
                 return "the preloaded launcher is still importing";
         if (l->state == LAUNCHER_DEAD)
@@ -748,8 +761,7 @@ static int user_copy(const SpawnUser *from, SpawnUser *to) {
         return 0;
 }
 
-static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc,
-                              const char *module) {
+static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc, const char *module) {
         _cleanup_strv_free_ char **key = NULL;
         Launcher *l;
 
@@ -764,15 +776,17 @@ static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const Con
         l = calloc(1, sizeof *l);
         if (!l)
                 return NULL;
-        *l = (Launcher){ .pool = pool,
-                         .key = TAKE_PTR(key),
-                         .pidfd = -1,
-                         .sock = -1,
-                         .uid = p->user && p->user->change ? p->user->uid : getuid(),
-                         .want = { .memory_max = cc->memory_max, .cpu_quota = cc->cpu_quota, .tasks_max = cc->tasks_max },
-                         .release = { .gofd = -1, .errfd = -1 },
-                         .used_at = now_usec(CLOCK_MONOTONIC),
-                         .next = pool->launchers };
+        *l = (Launcher){
+                .pool = pool,
+                .key = TAKE_PTR(key),
+                .pidfd = -1,
+                .sock = -1,
+                .uid = p->user && p->user->change ? p->user->uid : getuid(),
+                .want = { .memory_max = cc->memory_max, .cpu_quota = cc->cpu_quota, .tasks_max = cc->tasks_max },
+                .release = { .gofd = -1, .errfd = -1 },
+                .used_at = now_usec(CLOCK_MONOTONIC),
+                .next = pool->launchers
+        };
         if (user_copy(p->user, &l->user) < 0) {
                 launcher_free(l);
                 return NULL;
