@@ -30,8 +30,12 @@
 /* A launcher that died, could not start or did not answer is started again at most this often. */
 #define PRELOAD_RETRY_USEC (10 * USEC_PER_SEC)
 /* At most this many launchers run: contexts with their own environment each need one, and each holds some
- * 25-60 MiB; the one used least recently is ended to make room. */
+ * 25-60 MiB. The one used least recently is ended to make room only when it has not been used for
+ * PRELOAD_IDLE_USEC: ending one in use to start another, in a round of restarts over more environments than
+ * this, made every launch cold at the cost of a launcher start each (red-team P8). Until then a new
+ * environment's launches are cold and say why. */
 #define PRELOAD_LAUNCHERS_MAX 8
+#define PRELOAD_IDLE_USEC (10 * 60 * USEC_PER_SEC)
 /* The largest request: argv and environment of one kernel. */
 #define PRELOAD_REQUEST_MAX (128 * 1024)
 
@@ -731,8 +735,9 @@ static int launcher_send(Launcher *l, const SpawnParams *p, int gofd, int errfd)
         return 0;
 }
 
-/* Ends the launcher used least recently when there are PRELOAD_LAUNCHERS_MAX. */
-static void launchers_make_room(PreloadPool *pool) {
+/* Ends the launcher used least recently when there are PRELOAD_LAUNCHERS_MAX and it has been idle for
+ * PRELOAD_IDLE_USEC; -ENOSPC when there are that many, all used since. */
+static int launchers_make_room(PreloadPool *pool) {
         Launcher **oldest = NULL;
         size_t n = 0;
 
@@ -740,13 +745,16 @@ static void launchers_make_room(PreloadPool *pool) {
                 if (!oldest || (*l)->used_at < (*oldest)->used_at)
                         oldest = l;
         if (n < PRELOAD_LAUNCHERS_MAX)
-                return;
+                return 0;
+        if (now_usec(CLOCK_MONOTONIC) - (*oldest)->used_at < PRELOAD_IDLE_USEC)
+                return -ENOSPC;
         Launcher *victim = *oldest;
         *oldest = victim->next;
         if (victim->pid > 0)
                 log_info("preloaded launcher %d (%s -m %s): ended, the least recently used of %d", (int) victim->pid,
                          victim->key[0], victim->key[1], PRELOAD_LAUNCHERS_MAX);
         launcher_free(victim);
+        return 0;
 }
 
 static int user_copy(const SpawnUser *from, SpawnUser *to) {
@@ -761,10 +769,14 @@ static int user_copy(const SpawnUser *from, SpawnUser *to) {
         return 0;
 }
 
-static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc, const char *module) {
+/* The launcher of p's key, started when there is none and there is room; NULL with *ret_r -ENOSPC (no room)
+ * or -ENOMEM. */
+static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc, const char *module,
+                              int *ret_r) {
         _cleanup_strv_free_ char **key = NULL;
         Launcher *l;
 
+        *ret_r = -ENOMEM;
         if (launcher_key(p, cc, module, &key) < 0)
                 return NULL;
         l = launcher_find(pool, key);
@@ -772,7 +784,10 @@ static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const Con
                 l->used_at = now_usec(CLOCK_MONOTONIC);
                 return l;
         }
-        launchers_make_room(pool);
+        *ret_r = launchers_make_room(pool);
+        if (*ret_r < 0)
+                return NULL;
+        *ret_r = -ENOMEM;
         l = calloc(1, sizeof *l);
         if (!l)
                 return NULL;
@@ -885,7 +900,12 @@ int preload_spawn(PreloadPool *pool, const SpawnParams *p, const ContextConfig *
         }
         if (owner_note(pool, userdata, p->user && p->user->change ? p->user->uid : getuid()) < 0)
                 return -ENOMEM;
-        l = launcher_get(pool, p, cc, module);
+        l = launcher_get(pool, p, cc, module, &r);
+        if (!l && r == -ENOSPC) {
+                *ret_cold = strdup("8 preloaded launchers run, each used in the last 10 minutes, and this "
+                                   "context's environment or limits need another");
+                return -EAGAIN;
+        }
         if (!l)
                 return -ENOMEM;
         why = launcher_why_not(l);

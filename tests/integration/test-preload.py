@@ -310,6 +310,19 @@ def hostile_launchers(tap):
     liars = [p for p in harness.all_pids() if script in (harness.proc_cmdline(p) or [])
              and harness.alive(p) and (harness.proc_stat(p) or (0, 0))[1] == d.proc.pid]
     tap.ok(0 < len(liars) <= 8, "12 contexts with 12 environments: at most 8 launchers run", repr(liars))
+    # A second round over the 12: the 8 launchers in use are kept (none ended as least recently used to start
+    # another, which made every launch cold), and the 4 other environments' launches are cold and say why.
+    for n in names:
+        d.ctl("start", n, timeout=60)
+    for n in names:
+        d.wait_context(n, lambda c: c["state"] == "stopped" and (c["last_exit"] or {}).get("code") == 1,
+                       "its second cold kernel to have exited", 120)
+    log = d.log_since(0)
+    started = len(re.findall(r"preloaded launcher [0-9]+ \(/usr/bin/python3 -m ks_no_such_module\) started", log))
+    tap.eq((started, log.count("the least recently used")), (8, 0),
+           "two rounds over 12 environments: 8 launchers started, none ended to make room")
+    notes = set(re.findall(r"(f[0-9]+): launching cold: 8 preloaded launchers run", log))
+    tap.eq(len(notes), 4, "the 4 without one say why", repr(notes))
     d.stop()
 
 
