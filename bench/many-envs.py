@@ -24,7 +24,7 @@ ARGV = "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file} --HistoryManager
 
 
 def status(d):
-    out = subprocess.run(d.ctl + ["--json", "status"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(d.ctl + ["--json", "status"], capture_output=True, text=True).stdout
     j = json.loads(out)
     return {c["name"]: c for c in j["contexts"]}
 
