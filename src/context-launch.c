@@ -16,75 +16,10 @@
 #include "connfile.h"
 #include "context-private.h"
 #include "log.h"
+#include "logrelay.h"
 #include "preload.h"
 
-/* ---- Kernel output goes to our log, line by line, prefixed with the context. ---- */
-
-typedef struct OutPipe {
-        uv_pipe_t pipe;
-        char *name;
-        char *private_file, *published_file; /* the first is named as the second in the log */
-        size_t len;
-        char buf[4096];
-} OutPipe;
-
-static void out_close_cb(uv_handle_t *h) {
-        OutPipe *o = h->data;
-
-        free(o->name);
-        free(o->private_file);
-        free(o->published_file);
-        free(o);
-}
-
-/* ipykernel prints the path it was given in its banner ("--existing /run/kernelsup/kernels/NAME/kernel.json"):
- * the kernel's private copy, which no client should use (it goes when the kernel exits). The log names the
- * published file in its place, the one clients are to use. */
-static void out_log_line(const OutPipe *o, const char *s, size_t len) {
-        size_t n = strlen(o->private_file);
-        const char *hit = memmem(s, len, o->private_file, n);
-
-        if (!hit) {
-                log_info("%s: %.*s", o->name, (int) len, s);
-                return;
-        }
-        log_info("%s: %.*s%s%.*s", o->name, (int) (hit - s), s, o->published_file,
-                 (int) (len - (size_t) (hit - s) - n), hit + n);
-}
-
-static void out_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-        OutPipe *o = h->data;
-
-        *buf = uv_buf_init(o->buf + o->len, (unsigned) (sizeof o->buf - o->len));
-}
-
-static void out_flush(OutPipe *o, bool all) {
-        char *start = o->buf, *end = o->buf + o->len, *nl;
-
-        while ((nl = memchr(start, '\n', (size_t) (end - start)))) {
-                out_log_line(o, start, (size_t) (nl - start));
-                start = nl + 1;
-        }
-        /* A full buffer without a newline, or the end of the stream, is flushed as a line. */
-        if (start < end && (all || (start == o->buf && o->len == sizeof o->buf))) {
-                out_log_line(o, start, (size_t) (end - start));
-                start = end;
-        }
-        o->len = (size_t) (end - start);
-        memmove(o->buf, start, o->len);
-}
-
-static void out_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-        OutPipe *o = s->data;
-
-        if (n > 0) {
-                o->len += (size_t) n;
-                out_flush(o, false);
-        } else if (n < 0) {
-                out_flush(o, true);
-                uv_close((uv_handle_t *) s, out_close_cb);
-        }
-}
+/* ---- Kernel output goes to our log (logrelay.h): prefixed with the context, escaped, bounded. ---- */
 
 /* Returns the write end for the child, or -errno. Under journald the kernel writes to its own journal
  * stream, tagged kernelsup/NAME: that survives the daemon, so a kernel adopted after a crash still has
@@ -92,8 +27,6 @@ static void out_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
  * so we say which file clients use). Elsewhere a pipe to us, and our log prefixes each line with the context
  * and names the published file where the kernel named kernel_file. */
 static int out_pipe_open(Context *c, const char *kernel_file) {
-        int fds[2];
-        OutPipe *o;
         int r;
 
         if (getenv("JOURNAL_STREAM")) {
@@ -107,31 +40,7 @@ static int out_pipe_open(Context *c, const char *kernel_file) {
                 }
         }
 
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return -errno;
-        o = calloc(1, sizeof *o);
-        if (!o || !(o->name = strdup(c->name)) || !(o->private_file = strdup(kernel_file)) ||
-            !(o->published_file = strdup(c->cfg->connection_file))) {
-                if (o) {
-                        free(o->name);
-                        free(o->private_file);
-                }
-                free(o);
-                close(fds[0]);
-                close(fds[1]);
-                return -ENOMEM;
-        }
-        uv_pipe_init(c->host->loop, &o->pipe, 0);
-        o->pipe.data = o;
-        r = uv_pipe_open(&o->pipe, fds[0]);
-        if (r >= 0)
-                r = uv_read_start((uv_stream_t *) &o->pipe, out_alloc_cb, out_read_cb);
-        if (r < 0) {
-                uv_close((uv_handle_t *) &o->pipe, out_close_cb);
-                close(fds[1]);
-                return r;
-        }
-        return fds[1];
+        return log_relay_open(c->host->loop, c->name, "the kernel's", kernel_file, c->cfg->connection_file);
 }
 
 /* ---- Launch ---- */
@@ -454,7 +363,7 @@ static int context_spawn(Context *c, const SpawnParams *p, char **ret_error) {
         c->cold_why = NULL;
         if (c->host->preload && context_config_preload_module(c->cfg, &why)) {
                 c->st.preloaded = true;
-                r = preload_spawn(c->host->preload, p, &preload_callbacks, c, &c->pl_answer, &cold);
+                r = preload_spawn(c->host->preload, p, c->cfg, &preload_callbacks, c, &c->pl_answer, &cold);
                 if (r == 0)
                         return 1;
                 if (r != -EAGAIN)

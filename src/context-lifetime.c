@@ -15,6 +15,7 @@
 
 #include "context-private.h"
 #include "log.h"
+#include "preload.h"
 #include "util.h"
 
 /* ---- Lifetime ---- */
@@ -229,6 +230,7 @@ void context_free(Context *c) {
         resources_end_group_cancel(c->leftovers);
         c->leftovers = NULL;
         context_launch_cancel(c);
+        preload_owner_gone(c->host->preload, c);
         exec_queue_free(c->exec);
         if (c->conn)
                 kernel_conn_close(c->conn);

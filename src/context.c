@@ -13,6 +13,7 @@
 #include "quirks.h"
 #include "context-private.h"
 #include "log.h"
+#include "preload.h"
 #include "userfile.h"
 #include "util.h"
 
@@ -975,6 +976,8 @@ void context_stop(Context *c) {
         c->launch_deferred = false;
         c->restart_pending = false;
         context_begin_stop(c);
+        /* What its user's launcher runs is ended with the last of that user's contexts a stop asked for. */
+        preload_owner_gone(c->host->preload, c);
 }
 
 void context_restart(Context *c) {

@@ -4,7 +4,7 @@ kernelsupd runs this file as a context's user, with the interpreter, environment
 kernel of that context would get, and descriptor 3 a SOCK_SEQPACKET socket to the daemon. It imports
 what a kernel needs once, then forks a kernel per request, making the child look to its own code
 exactly as `PYTHON -m MODULE ARGS...` started cold would: argv, orig_argv, sys.path with the cwd
-entry -m adds, os.environ, cwd, stdio, signal dispositions and mask, /proc/PID/cmdline and environ.
+entry -m adds (none with safe_path: PYTHONSAFEPATH), os.environ, cwd, stdio, signal dispositions and mask, /proc/PID/cmdline and environ.
 
 Messages are one JSON object per datagram.
   daemon -> here   {"argv": [...], "env": ["K=V", ...], "cwd": "/x"}, with SCM_RIGHTS descriptors
@@ -25,7 +25,9 @@ sys.modules["__main__"] of the preloader (the kernel gets a fresh __main__).
 
 import sys
 
-_SCRIPT_DIR = sys.path.pop(0)  # the entry for this file's directory; a kernel gets its cwd instead
+# The entry for this file's directory, which a kernel does not get (-m puts the cwd there instead). With
+# safe_path (PYTHONSAFEPATH, -P, -I) neither is put first: the first entry is then the user's (PYTHONPATH).
+_SCRIPT_DIR = None if sys.flags.safe_path else sys.path.pop(0)
 
 import array  # noqa: E402
 import ctypes  # noqa: E402
@@ -92,14 +94,25 @@ def _stat_key(path):
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _pth_files(dirs):
+    """The .pth files of dirs: one edited in place changes its own mtime and size, not its directory's."""
+    found = set()
+    for d in dirs:
+        try:
+            found.update(os.path.join(d, e) for e in os.listdir(d) if e.endswith(".pth"))
+        except OSError:
+            pass
+    return found
+
+
 def _fingerprint():
     """What decides what a cold start would import: every imported file, every sys.path directory
-    (a package installed or removed changes its mtime, as does a new .pth), and the user's site
-    directory, which site.py adds only when it exists."""
+    (a package installed or removed changes its mtime, as does a new .pth), each .pth file in them,
+    and the user's site directory, which site.py adds only when it exists."""
     import site
     files = {m.__file__ for m in list(sys.modules.values()) if isinstance(getattr(m, "__file__", None), str)}
     dirs = set(sys.path) | {p for p in (site.getusersitepackages() if site.ENABLE_USER_SITE else None,) if p}
-    return {p: _stat_key(p) for p in files | dirs}
+    return {p: _stat_key(p) for p in files | dirs | _pth_files(dirs)}
 
 
 def _changed(before):
@@ -179,7 +192,7 @@ def _run_kernel(req, out, go, err, dispositions, base_path, env_by_imports):
     # Python's startup dispositions, as at the launcher's start (which a cold start shares).
     for sig, handler in dispositions.items():
         signal.signal(sig, handler)
-    sys.path[:] = [os.getcwd()] + base_path
+    sys.path[:] = ([] if sys.flags.safe_path else [os.getcwd()]) + base_path
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
     sys.orig_argv = list(argv)

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
@@ -15,7 +16,9 @@
 
 #include "config.h"
 #include "log.h"
+#include "logrelay.h"
 #include "preload.h"
+#include "resources.h"
 #include "util.h"
 
 /* How long a launcher may take to say it is ready (its imports: 0.4 s on an idle machine, several seconds on a
@@ -27,8 +30,12 @@
 /* A launcher that died, could not start or did not answer is started again at most this often. */
 #define PRELOAD_RETRY_USEC (10 * USEC_PER_SEC)
 /* At most this many launchers run: contexts with their own environment each need one, and each holds some
- * 25-60 MiB; the one used least recently is ended to make room. */
+ * 25-60 MiB. The one used least recently is ended to make room only when it has not been used for
+ * PRELOAD_IDLE_USEC: ending one in use to start another, in a round of restarts over more environments than
+ * this, made every launch cold at the cost of a launcher start each (red-team P8). Until then a new
+ * environment's launches are cold and say why. */
 #define PRELOAD_LAUNCHERS_MAX 8
+#define PRELOAD_IDLE_USEC (10 * 60 * USEC_PER_SEC)
 /* The largest request: argv and environment of one kernel. */
 #define PRELOAD_REQUEST_MAX (128 * 1024)
 
@@ -60,8 +67,14 @@ struct PreloadLaunch {
 
 struct Launcher {
         PreloadPool *pool;
-        char **key;     /* interpreter, module, "uid gid groups...", then the environment */
+        char **key;     /* interpreter, module, "uid gid groups... limits M T C", then the environment */
         SpawnUser user; /* its identity: uid, gid and groups (no names) */
+        uid_t uid;      /* the user it runs as (the daemon's own when user.change is false) */
+        /* Its own cgroup, under the limits of the contexts it serves (the key holds them): what a user's .pth or
+         * sitecustomize starts in it is bounded, and ended with it. limits is NULL while it has none. */
+        ContextConfig want;
+        Limits *limits;
+        SpawnPending release; /* while systemd has not answered for its scope */
         LauncherState state;
         pid_t pid; /* 0 when none */
         int pidfd, sock;
@@ -69,6 +82,8 @@ struct Launcher {
         uv_timer_t *timer; /* the ready deadline while starting, then the deadline of the oldest request */
         PreloadLaunch *queue;
         char *why;      /* while dead */
+        char *last_why; /* while starting again: why the last one ended, which its launches say */
+        char *note;     /* the sentence a launch through it is told while it starts again */
         bool why_weak;  /* why is a guess ("closed its channel"): its exit status tells better */
         usec_t dead_at; /* CLOCK_MONOTONIC */
         usec_t used_at; /* CLOCK_MONOTONIC: last asked for */
@@ -81,6 +96,12 @@ struct PreloadPool {
         uint64_t ready_msec, reply_msec; /* PRELOAD_READY_MSEC and PRELOAD_REPLY_MSEC, unless a test says */
         Launcher *launchers;
         PreloadLaunch *setups; /* kernels handed over whose setup report is awaited */
+        /* Who launched through the pool, and as whom: once no one of a uid is left, its launchers end. */
+        struct PreloadOwner {
+                const void *owner;
+                uid_t uid;
+        } * owners;
+        size_t n_owners;
 };
 
 /* Variables set per launch: a launcher serves every kernel of its key, whatever these say. */
@@ -286,6 +307,33 @@ void preload_launch_cancel(PreloadLaunch *pl) {
 
 /* ---- Launchers ---- */
 
+static void launcher_group_done(int r, GroupKill kill, const char *group, void *userdata) {
+        Limits *lim = userdata;
+
+        if (r < 0)
+                log_warning("preloaded launcher's cgroup %s: processes are left in it", group ?: "-");
+        resources_release(lim);
+        free(lim);
+}
+
+/* After its launcher has exited (or been SIGKILLed): everything left in its cgroup is ended (what a user's
+ * code started there), and the cgroup removed. */
+static void launcher_group_end(Launcher *l) {
+        Limits *lim = TAKE_PTR(l->limits);
+        char tag[64];
+        LeftoverEnd *e = NULL;
+
+        if (!lim)
+                return;
+        spawn_pending_drop(&l->release);
+        snprintf(tag, sizeof tag, "KERNELSUP_LAUNCHER=%u", (unsigned) l->uid);
+        if (resources_end_group_start(l->pool->loop, lim, tag, 5 * USEC_PER_SEC, launcher_group_done, lim, &e) !=
+            -EINPROGRESS) {
+                resources_release(lim);
+                free(lim);
+        }
+}
+
 static void launcher_close(Launcher *l) {
         handle_drop((uv_handle_t *) l->poll);
         l->poll = NULL;
@@ -340,6 +388,7 @@ static void launcher_free(Launcher *l) {
                 (void) waitid(P_PIDFD, (id_t) l->pidfd, &(siginfo_t){ 0 }, WEXITED);
                 close(l->pidfd);
         }
+        launcher_group_end(l);
         launcher_fail_queue(l, "the preloaded launcher was ended");
         for (PreloadLaunch *s = l->pool->setups; s; s = s->next)
                 if (s->l == l)
@@ -347,6 +396,8 @@ static void launcher_free(Launcher *l) {
         strv_free(l->key);
         free(l->user.groups);
         free(l->why);
+        free(l->last_why);
+        free(l->note);
         free(l);
 }
 
@@ -363,6 +414,7 @@ void preload_pool_free(PreloadPool *pool) {
                 pool->setups = pl->next;
                 launch_free(pl);
         }
+        free(pool->owners);
         free(pool->script);
         free(pool);
 }
@@ -475,6 +527,8 @@ static void launcher_poll_cb(uv_poll_t *h, int status, int events) {
                 if (json_integer_value(json_object_get(j, "ready")) == l->pid) {
                         uv_timer_stop(l->timer);
                         l->state = LAUNCHER_READY;
+                        free(l->last_why);
+                        l->last_why = NULL;
                         log_info("preloaded launcher %d (%s -m %s) is ready", (int) l->pid, l->key[0], l->key[1]);
                         return;
                 }
@@ -495,7 +549,7 @@ static void launcher_poll_cb(uv_poll_t *h, int status, int events) {
 }
 
 /* The key's first three rows; the environment follows. */
-static int launcher_key(const SpawnParams *p, const char *module, char ***ret) {
+static int launcher_key(const SpawnParams *p, const ContextConfig *cc, const char *module, char ***ret) {
         _cleanup_strv_free_ char **key = NULL;
         size_t n = 0;
         char ids[64 + 12 * 64];
@@ -508,6 +562,8 @@ static int launcher_key(const SpawnParams *p, const char *module, char ***ret) {
                         len += (size_t) snprintf(ids + len, sizeof ids - len, " %u", (unsigned) u->groups[i]);
         } else
                 snprintf(ids, sizeof ids, "daemon");
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), " limits %" PRIu64 " %u %u", cc->memory_max,
+                 cc->tasks_max, cc->cpu_quota);
         if ((r = strv_push(&key, &n, strdup(p->argv[0]))) < 0 || (r = strv_push(&key, &n, strdup(module))) < 0 ||
             (r = strv_push(&key, &n, strdup(ids))) < 0)
                 return r;
@@ -521,26 +577,82 @@ static int launcher_key(const SpawnParams *p, const char *module, char ***ret) {
 /* Starts l's process: the interpreter running the launcher's file for the module, as the context's user, with
  * the environment of the key, the channel as its descriptor 3. Its "ready" comes through the loop, within
  * ready_msec. */
-static int launcher_start(Launcher *l) {
-        char *argv[] = { l->key[0], l->pool->script, l->key[1], NULL };
-        int sv[2], r;
+static void launcher_limits_done(Limits *lim, void *userdata) {
+        Launcher *l = userdata;
         _cleanup_free_ char *err = NULL;
 
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        if (resources_wanted(&l->want) && lim->note)
+                log_warning("preloaded launcher %d: %s", (int) l->pid, lim->note);
+        (void) spawn_release(&l->release, &err);
+}
+
+/* The forked launcher waits before exec: into a cgroup of its own, under its limits. */
+static int launcher_place(pid_t pid, void *userdata, char **ret_error) {
+        Launcher *l = userdata;
+        char name[32];
+
+        l->limits = malloc(sizeof *l->limits);
+        if (!l->limits)
+                return -ENOMEM;
+        snprintf(name, sizeof name, "launcher-%u", (unsigned) l->uid);
+        return resources_apply_async(l->pool->loop, &l->want, name, pid, l->limits, launcher_limits_done, l) > 0
+                       ? SPAWN_DEFER
+                       : 0;
+}
+
+/* The launcher's environment: the key's, and the tag that finds what it left where it has no cgroup. */
+static int launcher_env(const Launcher *l, char ***ret) {
+        _cleanup_strv_free_ char **env = NULL;
+        size_t n = 0;
+        char tag[64];
+        int r;
+
+        snprintf(tag, sizeof tag, "KERNELSUP_LAUNCHER=%u", (unsigned) l->uid);
+        for (char **e = l->key + 3; *e; e++)
+                if ((r = strv_push(&env, &n, strdup(*e))) < 0)
+                        return r;
+        if ((r = strv_push(&env, &n, strdup(tag))) < 0)
+                return r;
+        *ret = TAKE_PTR(env);
+        return 0;
+}
+
+static int launcher_start(Launcher *l) {
+        char *argv[] = { l->key[0], l->pool->script, l->key[1], NULL };
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *err = NULL;
+        char prefix[32];
+        int sv[2], out, r;
+
+        snprintf(prefix, sizeof prefix, "launcher %u", (unsigned) l->uid);
+        if ((r = launcher_env(l, &env)) < 0)
+                return r;
+        /* What it (and a user's .pth) writes reaches our log prefixed and bounded, as a kernel's does. */
+        out = log_relay_open(l->pool->loop, prefix, "the launcher's", NULL, NULL);
+        if (out < 0)
+                return out;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                close(out);
                 return -errno;
+        }
         SpawnParams p = {
                 .argv = argv,
-                .env = l->key + 3,
+                .env = env,
                 .cwd = "/",
                 .user = &l->user,
-                .stdout_fd = STDERR_FILENO,
+                .stdout_fd = out,
+                .prepare = launcher_place,
+                .userdata = l,
+                .pending = &l->release,
                 .pass_fd = sv[1],
         };
         r = spawn_kernel(&p, &l->pid, &l->pidfd, &err);
         close(sv[1]);
+        close(out);
         if (r < 0) {
                 close(sv[0]);
                 l->pid = 0;
+                launcher_group_end(l);
                 launcher_dead(l, err ?: strerror(-r), PRELOAD_RETRY_USEC, false);
                 return r;
         }
@@ -559,8 +671,8 @@ static int launcher_start(Launcher *l) {
         l->poll->data = l->timer->data = l;
         uv_poll_start(l->poll, UV_READABLE, launcher_poll_cb);
         uv_timer_start(l->timer, launcher_timer_cb, l->pool->ready_msec, 0);
-        free(l->why);
-        l->why = NULL;
+        free(l->last_why);
+        l->last_why = TAKE_PTR(l->why);
         l->why_weak = false;
         l->state = LAUNCHER_STARTING;
         log_info("preloaded launcher %d (%s -m %s) started", (int) l->pid, l->key[0], l->key[1]);
@@ -579,6 +691,13 @@ static const char *launcher_why_not(Launcher *l) {
         if (l->state == LAUNCHER_DEAD && l->pid == 0 && now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC &&
             launcher_start(l) < 0)
                 return l->why;
+        if (l->state == LAUNCHER_STARTING && l->last_why) {
+                /* Not "still importing": the last one could not start or ended (a missing file, an exit). */
+                free(l->note);
+                if (asprintf(&l->note, "the preloaded launcher is starting again; the last one: %s", l->last_why) < 0)
+                        l->note = NULL;
+                return l->note ?: l->last_why;
+        }
         if (l->state == LAUNCHER_STARTING)
                 return "the preloaded launcher is still importing";
         if (l->state == LAUNCHER_DEAD)
@@ -616,8 +735,9 @@ static int launcher_send(Launcher *l, const SpawnParams *p, int gofd, int errfd)
         return 0;
 }
 
-/* Ends the launcher used least recently when there are PRELOAD_LAUNCHERS_MAX. */
-static void launchers_make_room(PreloadPool *pool) {
+/* Ends the launcher used least recently when there are PRELOAD_LAUNCHERS_MAX and it has been idle for
+ * PRELOAD_IDLE_USEC; -ENOSPC when there are that many, all used since. */
+static int launchers_make_room(PreloadPool *pool) {
         Launcher **oldest = NULL;
         size_t n = 0;
 
@@ -625,13 +745,16 @@ static void launchers_make_room(PreloadPool *pool) {
                 if (!oldest || (*l)->used_at < (*oldest)->used_at)
                         oldest = l;
         if (n < PRELOAD_LAUNCHERS_MAX)
-                return;
+                return 0;
+        if (now_usec(CLOCK_MONOTONIC) - (*oldest)->used_at < PRELOAD_IDLE_USEC)
+                return -ENOSPC;
         Launcher *victim = *oldest;
         *oldest = victim->next;
         if (victim->pid > 0)
                 log_info("preloaded launcher %d (%s -m %s): ended, the least recently used of %d", (int) victim->pid,
                          victim->key[0], victim->key[1], PRELOAD_LAUNCHERS_MAX);
         launcher_free(victim);
+        return 0;
 }
 
 static int user_copy(const SpawnUser *from, SpawnUser *to) {
@@ -646,27 +769,39 @@ static int user_copy(const SpawnUser *from, SpawnUser *to) {
         return 0;
 }
 
-static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const char *module) {
+/* The launcher of p's key, started when there is none and there is room; NULL with *ret_r -ENOSPC (no room)
+ * or -ENOMEM. */
+static Launcher *launcher_get(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc, const char *module,
+                              int *ret_r) {
         _cleanup_strv_free_ char **key = NULL;
         Launcher *l;
 
-        if (launcher_key(p, module, &key) < 0)
+        *ret_r = -ENOMEM;
+        if (launcher_key(p, cc, module, &key) < 0)
                 return NULL;
         l = launcher_find(pool, key);
         if (l) {
                 l->used_at = now_usec(CLOCK_MONOTONIC);
                 return l;
         }
-        launchers_make_room(pool);
+        *ret_r = launchers_make_room(pool);
+        if (*ret_r < 0)
+                return NULL;
+        *ret_r = -ENOMEM;
         l = calloc(1, sizeof *l);
         if (!l)
                 return NULL;
-        *l = (Launcher){ .pool = pool,
-                         .key = TAKE_PTR(key),
-                         .pidfd = -1,
-                         .sock = -1,
-                         .used_at = now_usec(CLOCK_MONOTONIC),
-                         .next = pool->launchers };
+        *l = (Launcher){
+                .pool = pool,
+                .key = TAKE_PTR(key),
+                .pidfd = -1,
+                .sock = -1,
+                .uid = p->user && p->user->change ? p->user->uid : getuid(),
+                .want = { .memory_max = cc->memory_max, .cpu_quota = cc->cpu_quota, .tasks_max = cc->tasks_max },
+                .release = { .gofd = -1, .errfd = -1 },
+                .used_at = now_usec(CLOCK_MONOTONIC),
+                .next = pool->launchers
+        };
         if (user_copy(p->user, &l->user) < 0) {
                 launcher_free(l);
                 return NULL;
@@ -702,8 +837,52 @@ static PreloadLaunch *launch_new(PreloadPool *pool, Launcher *l, const SpawnPara
         return pl;
 }
 
-int preload_spawn(PreloadPool *pool, const SpawnParams *p, const PreloadCallbacks *cb, void *userdata,
-                  PreloadLaunch **ret_launch, char **ret_cold) {
+/* userdata launches as uid: noted, so that its launchers end once no one of that uid is left. */
+static int owner_note(PreloadPool *pool, const void *owner, uid_t uid) {
+        struct PreloadOwner *o;
+
+        for (size_t i = 0; i < pool->n_owners; i++)
+                if (pool->owners[i].owner == owner) {
+                        pool->owners[i].uid = uid;
+                        return 0;
+                }
+        o = reallocarray(pool->owners, pool->n_owners + 1, sizeof *o);
+        if (!o)
+                return -ENOMEM;
+        pool->owners = o;
+        o[pool->n_owners++] = (struct PreloadOwner){ owner, uid };
+        return 0;
+}
+
+void preload_owner_gone(PreloadPool *pool, const void *owner) {
+        uid_t uid;
+        size_t i;
+
+        for (i = 0; pool && i < pool->n_owners && pool->owners[i].owner != owner; i++)
+                ;
+        if (!pool || i == pool->n_owners)
+                return;
+        uid = pool->owners[i].uid;
+        pool->owners[i] = pool->owners[--pool->n_owners];
+        for (i = 0; i < pool->n_owners; i++)
+                if (pool->owners[i].uid == uid)
+                        return;
+        for (Launcher **l = &pool->launchers; *l;) {
+                Launcher *victim = *l;
+                if (victim->uid != uid) {
+                        l = &victim->next;
+                        continue;
+                }
+                *l = victim->next;
+                if (victim->pid > 0)
+                        log_info("preloaded launcher %d (%s -m %s): ended, no context of uid %u is running",
+                                 (int) victim->pid, victim->key[0], victim->key[1], (unsigned) uid);
+                launcher_free(victim);
+        }
+}
+
+int preload_spawn(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc, const PreloadCallbacks *cb,
+                  void *userdata, PreloadLaunch **ret_launch, char **ret_cold) {
         const char *module = argv_python_module(p->argv), *why;
         int gopipe[2], errpipe[2], r;
         PreloadLaunch *pl;
@@ -719,7 +898,14 @@ int preload_spawn(PreloadPool *pool, const SpawnParams *p, const PreloadCallback
                         strdup("kernelsupd is not a child subreaper, so a preloaded kernel would not be its child");
                 return -EAGAIN;
         }
-        l = launcher_get(pool, p, module);
+        if (owner_note(pool, userdata, p->user && p->user->change ? p->user->uid : getuid()) < 0)
+                return -ENOMEM;
+        l = launcher_get(pool, p, cc, module, &r);
+        if (!l && r == -ENOSPC) {
+                *ret_cold = strdup("8 preloaded launchers run, each used in the last 10 minutes, and this "
+                                   "context's environment or limits need another");
+                return -EAGAIN;
+        }
         if (!l)
                 return -ENOMEM;
         why = launcher_why_not(l);
@@ -788,6 +974,7 @@ bool preload_child_exited(PreloadPool *pool, pid_t pid) {
                 close(l->pidfd);
                 l->pidfd = -1;
                 l->pid = 0;
+                launcher_group_end(l);
                 launcher_dead(l, why, PRELOAD_RETRY_USEC, false);
                 /* One that asked to be renewed (what it imported changed) is started again at once. */
                 if (now_usec(CLOCK_MONOTONIC) - l->dead_at >= PRELOAD_RETRY_USEC)

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "config.h"
 #include "spawn.h"
 
 typedef struct PreloadPool PreloadPool;
@@ -33,15 +34,23 @@ typedef struct PreloadCallbacks {
         void (*setup_done)(PreloadLaunch *pl, void *userdata, const char *msg);
 } PreloadCallbacks;
 
-/* Asks the launcher for p's interpreter, module, user and environment (argv `PYTHON -m MODULE ...`, p->prepare
+/* Each launcher runs in a cgroup of its own (resources.h), under cc's memory_max, tasks_max and cpu_quota,
+ * which are part of its key (contexts with other limits get another launcher); its stdout and stderr reach
+ * our log through a relay (logrelay.h) as "launcher UID: ...". That cgroup is ended when the launcher ends
+ * or is renewed, at preload_owner_gone() for the last context of its uid, and at preload_pool_free().
+ * Asks the launcher for p's interpreter, module, user and environment (argv `PYTHON -m MODULE ...`, p->prepare
  * set) for a kernel, starting that launcher when there is none. Never waits: 0 and *ret_launch when the request
  * is out (cb's answers come on the loop: at most 3 s for the launcher's answer, 3 s for the kernel's setup once
  * it is let go; a launcher that dies or hangs meanwhile sends its waiting launches cold at once, a hung one
  * is ended, and launches go cold until it is started again, at most every 10 s). -EAGAIN when nothing was sent
  * and the caller should launch cold: *ret_cold (owned by the caller) then says why ("the preloaded launcher is
  * still importing", "... exited with code 1", ...). Other negative errnos: out of memory. */
-int preload_spawn(PreloadPool *pool, const SpawnParams *p, const PreloadCallbacks *cb, void *userdata,
-                  PreloadLaunch **ret_launch, char **ret_cold);
+int preload_spawn(PreloadPool *pool, const SpawnParams *p, const ContextConfig *cc, const PreloadCallbacks *cb,
+                  void *userdata, PreloadLaunch **ret_launch, char **ret_cold);
+
+/* owner (the userdata of its preload_spawn() calls) runs no kernel any more (stopped, failed or gone): once
+ * no owner of its uid is left, that uid's launchers are ended with everything in their cgroups. NULL-safe. */
+void preload_owner_gone(PreloadPool *pool, const void *owner);
 
 /* The kernel of pl (handed over, in its setup) has exited: its report is read now, so setup_done() comes
  * before the caller tells of the exit. No-op for one not handed over. */

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,7 +410,11 @@ static void signalfd_cb(uv_poll_t *h, int status, int events) {
         char from[128], why[160];
 
         while (read(s->signal_fd, &si, sizeof si) == (ssize_t) sizeof si) {
-                describe_sender((pid_t) si.ssi_pid, from, sizeof from);
+                if (si.ssi_code == SI_KERNEL)
+                        /* Not a process: the terminal's Ctrl-C (or Ctrl-\\, a hangup) in the foreground. */
+                        snprintf(from, sizeof from, si.ssi_signo == SIGINT ? "the terminal (Ctrl-C)" : "the terminal");
+                else
+                        describe_sender((pid_t) si.ssi_pid, from, sizeof from);
                 if (si.ssi_signo == SIGHUP) {
                         _cleanup_free_ char *error = NULL;
                         json_t *report = NULL;
@@ -508,6 +513,24 @@ static int supervisor_lock_state_dir(Supervisor *s, char **ret_error) {
                 return -ENOMEM;
         *ret_error = msg;
         return -EBUSY;
+}
+
+/* The launcher's file: KERNELSUP_PRELOAD_SCRIPT, else, for a kernelsupd run from the tree it was built in
+ * (./quickstart, make check), the source tree's, else the installed one. */
+static const char *supervisor_preload_script(void) {
+        static char exe[PATH_MAX];
+        ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        char *slash;
+
+        if (getenv("KERNELSUP_PRELOAD_SCRIPT"))
+                return getenv("KERNELSUP_PRELOAD_SCRIPT");
+        exe[k > 0 ? k : 0] = 0;
+        slash = strrchr(exe, '/');
+        if (slash && (size_t) (slash - exe) == strlen(BUILD_TREE) &&
+            strncmp(exe, BUILD_TREE, strlen(BUILD_TREE)) == 0 &&
+            access(SOURCE_TREE "/src/kernelsup-preload.py", R_OK) == 0)
+                return SOURCE_TREE "/src/kernelsup-preload.py";
+        return PKGDATADIR "/kernelsup-preload.py";
 }
 
 int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaults, Supervisor **ret,
@@ -632,8 +655,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 .save_changed = supervisor_state_changed,
                 .taken_ports = supervisor_taken_ports,
         };
-        r = preload_pool_new(loop, getenv("KERNELSUP_PRELOAD_SCRIPT") ?: PKGDATADIR "/kernelsup-preload.py",
-                             &s->host.preload);
+        r = preload_pool_new(loop, supervisor_preload_script(), &s->host.preload);
         if (r < 0)
                 goto err;
         s->contexts = calloc(config->n_contexts + 1, sizeof(Context *));

@@ -368,7 +368,10 @@ class Daemon:
         # Marks every process that inherits the daemon's environment as ours.
         env["KS_TEST_TAG"] = self.tmp
         # The preloaded launcher of this source tree, rather than an installed one.
-        env["KERNELSUP_PRELOAD_SCRIPT"] = self.preload_script
+        if self.preload_script:
+            env["KERNELSUP_PRELOAD_SCRIPT"] = self.preload_script
+        else:
+            env.pop("KERNELSUP_PRELOAD_SCRIPT", None)  # the daemon finds its own (a build tree's)
         return env
 
     def _open_notify(self):

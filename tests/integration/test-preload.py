@@ -102,7 +102,9 @@ def same_as_cold(tap, d):
            "the first launch, while the launcher imports, is cold and says so", repr(first))
     d.wait_log("is ready", timeout=120)
     pl = launcher_pids(d)
-    tap.eq(len(pl), 1, "one launcher serves the two contexts of one user, interpreter and environment", repr(pl))
+    # p1 and p2 share one; p3 (memory_max = 200M) has its own: a launcher's cgroup holds its contexts' limits.
+    tap.eq(len(pl), 2, "one launcher serves the two contexts of one user, interpreter, environment and limits",
+           repr(pl))
     tap.ok(pl and all(uid_of(p) == d.user.uid for p in pl), "the launcher runs as the context's user, not root")
     for name in ("p1", "p2"):
         c = restart_preloaded(d, name)
@@ -207,7 +209,11 @@ def oom_killed(tap, d):
     """A preloaded kernel in its own memory cgroup (memory_max) allocating past it: the OOM killer ends it, the
     death is reported as an OOM kill, the launcher lives on and the next kernel is preloaded again."""
     c = d.context("p3")
-    if c["started"] != "preloaded":
+    # Its launcher of its own (its limits) may first see the new package of new_package() and be renewed.
+    for _ in range(3):
+        if c["started"] == "preloaded":
+            break
+        d.wait_log("is ready", timeout=120)
         c = restart_preloaded(d, "p3")
     lim = c.get("limits") or {}
     if lim.get("mechanism") not in ("cgroup", "scope") or "memory_max" not in lim.get("enforced", []):
@@ -304,6 +310,19 @@ def hostile_launchers(tap):
     liars = [p for p in harness.all_pids() if script in (harness.proc_cmdline(p) or [])
              and harness.alive(p) and (harness.proc_stat(p) or (0, 0))[1] == d.proc.pid]
     tap.ok(0 < len(liars) <= 8, "12 contexts with 12 environments: at most 8 launchers run", repr(liars))
+    # A second round over the 12: the 8 launchers in use are kept (none ended as least recently used to start
+    # another, which made every launch cold), and the 4 other environments' launches are cold and say why.
+    for n in names:
+        d.ctl("start", n, timeout=60)
+    for n in names:
+        d.wait_context(n, lambda c: c["state"] == "stopped" and (c["last_exit"] or {}).get("code") == 1,
+                       "its second cold kernel to have exited", 120)
+    log = d.log_since(0)
+    started = len(re.findall(r"preloaded launcher [0-9]+ \(/usr/bin/python3 -m ks_no_such_module\) started", log))
+    tap.eq((started, log.count("the least recently used")), (8, 0),
+           "two rounds over 12 environments: 8 launchers started, none ended to make room")
+    notes = set(re.findall(r"(f[0-9]+): launching cold: 8 preloaded launchers run", log))
+    tap.eq(len(notes), 4, "the 4 without one say why", repr(notes))
     d.stop()
 
 
@@ -455,6 +474,35 @@ def launcher_cannot_start(tap):
     d.wait_context("y", lambda c: c["last_exit"] is not None and c["state"] == "stopped", "the next kernel to exit", 60)
     tap.contains(d.log_since(mark), "y: launching cold: the preloaded launcher exited with code 2",
                  "a launcher that cannot start: the next launch is cold at once and the log says why")
+    # Once it is started again (at most every 10 s), a launch meanwhile says why the last one ended, not that
+    # it is "still importing".
+    again = "y: launching cold: the preloaded launcher is starting again"
+
+    def start_again():
+        if d.context("y")["state"] == "stopped":
+            d.ctl("start", "y", timeout=60)
+        return again in d.log_since(mark)
+    harness.wait_until(start_again, 120, "a launch while the launcher starts again", interval=0.5)
+    line = next(x for x in d.log_since(mark).splitlines() if again in x)
+    tap.ok("exited with code 2" in line and "still importing" not in d.log_since(mark),
+           "a launch while it starts again says how the last one ended", line)
+    d.stop()
+
+
+def build_tree(tap):
+    """kernelsupd run from its build tree (./quickstart), without KERNELSUP_PRELOAD_SCRIPT, finds the launcher
+    of its source tree: the second launch is preloaded."""
+    d = harness.Daemon(tap, contexts=f"[context:q]\nargv = {harness.IPYKERNEL_ARGV}\nstart_timeout = 120s\n")
+    d.preload_script = None
+    d.start()
+    d.wait_state("q", "ready", 120)
+    d.wait_log("is ready", timeout=120)
+    c = restart_preloaded(d, "q")
+    tap.eq((c["started"], c["start_note"]), ("preloaded", None),
+           "from the build tree without KERNELSUP_PRELOAD_SCRIPT: the second launch is preloaded")
+    tap.ok("can't open file" not in d.log_since(0), "and no launcher fails to find its file")
+    tap.ok("Ctrl-C will not work" not in d.log_since(0) and "q: (ipykernel's note that Ctrl-C" in d.log_since(0),
+           "ipykernel's Ctrl-C banner is not in the daemon's log as its own: one line says it is the kernel's")
     d.stop()
 
 
@@ -507,6 +555,8 @@ def run(tap):
         d.user.close()
     with tap.guard("hostile launchers"):
         hostile_launchers(tap)
+    with tap.guard("from the build tree"):
+        build_tree(tap)
     with tap.guard("a launcher that cannot start"):
         launcher_cannot_start(tap)
     with tap.guard("launchers that hang, die or never say they are ready"):
