@@ -85,6 +85,11 @@ def via_text(d, ctx, code, timeout_args):
             "outputs": None, "message": r.stderr, "raw": r.stdout[-300:] + r.stderr[-300:]}
 
 
+def note_of(result):
+    """What kernelctl says about the cell in --json and --stream: its message and its exit field (kernelctl(1))."""
+    return " ".join(v for v in (result.get("message"), result.get("exit")) if isinstance(v, str))
+
+
 def via_json(d, ctx, code, timeout_args):
     r = d.ctl("exec", ctx, "-", "--json", *timeout_args, input=code, timeout=300, errors="surrogateescape")
     try:
@@ -94,7 +99,7 @@ def via_json(d, ctx, code, timeout_args):
     outs = j.get("outputs") or []
     stdout, stderr = render(outs)
     return {"status": j.get("status"), "exit": r.returncode, "stdout": stdout, "stderr": stderr, "outputs": outs,
-            "message": j.get("message") or "", "raw": r.stdout[-300:] + r.stderr[-300:]}
+            "message": note_of(j), "raw": r.stdout[-300:] + r.stderr[-300:]}
 
 
 def via_stream(d, ctx, code, timeout_args):
@@ -107,7 +112,7 @@ def via_stream(d, ctx, code, timeout_args):
     outs = lines[:-1] if final else lines
     stdout, stderr = render(outs)
     return {"status": final.get("status"), "exit": r.returncode, "stdout": stdout, "stderr": stderr,
-            "outputs": outs, "message": final.get("message") or "", "raw": r.stdout[-300:] + r.stderr[-300:]}
+            "outputs": outs, "message": note_of(final), "raw": r.stdout[-300:] + r.stderr[-300:]}
 
 
 class Outside:
