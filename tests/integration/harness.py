@@ -656,12 +656,19 @@ class Daemon:
 
     # -- kernelctl
 
-    def ctl(self, *args, input=None, timeout=30, prefix=(), socket_path=None):
-        """Runs kernelctl --socket SOCK ARGS (text mode, output captured)."""
+    def ctl(self, *args, input=None, timeout=30, prefix=(), socket_path=None, errors=None):
+        """Runs kernelctl --socket SOCK ARGS (text mode, output captured). errors: decode the output as UTF-8
+        exactly as written (no newline translation: a carriage return stays), with that handler for bytes that
+        are not UTF-8 ("surrogateescape" keeps them visible as lone surrogates)."""
         argv = [*prefix, KERNELCTL, "--socket", socket_path or self.socket, *args]
+        exact = errors is not None
+        if exact and input is not None:
+            input = input.encode("utf-8", errors)
         try:
-            r = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=scaled(timeout),
+            r = subprocess.run(argv, input=input, capture_output=True, text=not exact, timeout=scaled(timeout),
                                stdin=None if input is not None else subprocess.DEVNULL)
+            if exact:
+                r.stdout, r.stderr = r.stdout.decode("utf-8", errors), r.stderr.decode("utf-8", errors)
         except subprocess.TimeoutExpired as e:
             raise WaitTimeout(f"{' '.join(argv)} did not finish in {scaled(timeout):g}s") from e
         if any(m in r.stderr for m in SANITIZER_MARKERS):
