@@ -511,7 +511,8 @@ static void context_launched(Context *c) {
         if (r < 0) {
                 log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
                 free(c->pending_error);
-                c->pending_error = strdup("cannot connect to the kernel's ports");
+                if (asprintf(&c->pending_error, "cannot connect to the kernel's ports: %s", strerror(-r)) < 0)
+                        c->pending_error = NULL;
                 (void) kill(-c->pid, SIGKILL);
                 return;
         }

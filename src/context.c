@@ -705,7 +705,11 @@ static void context_after_exit(Context *c, ContextStateKind was, pid_t pid, cons
                                    ? " (on transport = ipc, which many kernels other than ipykernel cannot bind: set "
                                      "transport = tcp)"
                                    : "";
-        if (c->pending_error)
+        /* A kernel that ended on its own before it was ready: its exit comes first, what the daemon saw meanwhile
+         * (a connect that failed, moved ports) after it. */
+        if (c->pending_error && failed_start && !c->st.last_exit.signal && !c->st.last_exit.unknown)
+                snprintf(msg, sizeof msg, "%s before it was ready (%s)%s", what, c->pending_error, hint);
+        else if (c->pending_error)
                 snprintf(msg, sizeof msg, "%s%s", c->pending_error, hint);
         else if (failed_start)
                 snprintf(msg, sizeof msg, "%s before it was ready%s", what, hint);

@@ -214,9 +214,14 @@ def main(fn, needs_jupyter=True):
 _slot = None
 
 
-def not_normal_build():
-    """Why this is not the normal build (the sanitizer build, or make distcheck's), or None. A heavy test that
-    runs in the normal build only skips with this reason."""
+def sanitizers():
+    """Why this build's memory figures are not the product's (it has the sanitizers: ASan keeps freed memory in
+    quarantine and adds its shadow), or None. A point about VmRSS or VmHWM skips with this reason."""
+    san = _san_cflags()
+    return f"this build has the sanitizers (SAN_CFLAGS = {san})" if san else None
+
+
+def _san_cflags():
     try:
         with open(os.path.join(BUILDDIR, "Makefile")) as f:
             san = re.search(r"^SAN_CFLAGS *= *(\S.*)?$", f.read(), re.M)
@@ -224,8 +229,15 @@ def not_normal_build():
         raise HarnessError(f"cannot read {BUILDDIR}/Makefile: {e}") from e
     if san is None:
         raise HarnessError(f"{BUILDDIR}/Makefile has no SAN_CFLAGS line")
-    if san.group(1):
-        return f"this build has the sanitizers (SAN_CFLAGS = {san.group(1)})"
+    return san.group(1)
+
+
+def not_normal_build():
+    """Why this is not the normal build (the sanitizer build, or make distcheck's), or None. A heavy test that
+    runs in the normal build only skips with this reason."""
+    why = sanitizers()
+    if why:
+        return why
     # automake's distcheck configures in DISTDIR/_build/sub.
     if os.path.relpath(BUILDDIR, SRCDIR) == os.path.join("_build", "sub"):
         return "this is make distcheck's build"
