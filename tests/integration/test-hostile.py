@@ -1,8 +1,10 @@
 """The control socket under attack by local users, each trial a point: malformed JSON, deep
 nesting, NUL bytes, a 100 MB line, a pipelined flood, hostile `add` names and values, a
-slowloris, an idle connection, 1000 idle connections of one uid (root and another uid still get
-through), the shared slots filled by four uids (root still gets through on its reserve), and a
-non-root peer probing context names (one answer for another uid's context and a missing one).
+slowloris, an idle connection, 1000 idle connections of one uid, one uid holding more waiting
+connections than its cap (exactly 64 admitted; root and another uid still get through), the shared
+slots filled by four uids (root still gets through on its reserve), what a non-root peer is shown
+without naming a context (its own alone, in status, wait, metrics and history), and a non-root peer
+probing context names (one answer for another uid's context and a missing one).
 
 Needs root: it creates five test users (removed at the end) to be the other uids. No kernel is
 ever started (autostart = no)."""
