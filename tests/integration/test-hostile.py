@@ -1,8 +1,10 @@
 """The control socket under attack by local users, each trial a point: malformed JSON, deep
 nesting, NUL bytes, a 100 MB line, a pipelined flood, hostile `add` names and values, a
-slowloris, an idle connection, 1000 idle connections of one uid (root and another uid still get
-through), the shared slots filled by four uids (root still gets through on its reserve), and a
-non-root peer probing context names (one answer for another uid's context and a missing one).
+slowloris, an idle connection, 1000 idle connections of one uid, one uid holding more waiting
+connections than its cap (exactly 64 admitted; root and another uid still get through), the shared
+slots filled by four uids (root still gets through on its reserve), what a non-root peer is shown
+without naming a context (its own alone, in status, wait, metrics and history), and a non-root peer
+probing context names (one answer for another uid's context and a missing one).
 
 Needs root: it creates five test users (removed at the end) to be the other uids. No kernel is
 ever started (autostart = no)."""
@@ -24,6 +26,8 @@ import harness  # noqa: E402
 # Named after this run (as harness.TestUser does): a user left behind by a run that was killed, or one
 # of a run beside this one, is never this run's. Each ends in the letter its context own-X takes.
 USERS = tuple(f"ks-h{os.getpid() % 100000}-{c}" for c in "abcde")
+# The connections one uid other than root may have open at once (kernelsupd(8), CONTROL CONNECTIONS).
+PER_UID = 64
 
 # Runs as a test user. "idle PATH N": opens N connections that never send, reports once the
 # daemon has answered the last one (so it has seen them all), again on "check" from stdin, and
@@ -333,41 +337,50 @@ def trial_idle(tap, d):
 
 
 def trial_idle_flood(tap, d):
-    """1000 connections of uid A that never send: A gets its budget, root and uid B get through."""
+    """1000 connections of uid A that never send: A is refused past its cap, each admitted one idles out."""
     n = 1000
     a = Attacker(USERS[0], "idle", d.socket, n, harness.scaled(120))
     try:
         ready = a.report(120)
-        root = d.ctl("status", "--json")
-        other = d.ctl("status", "--json", prefix=user_drop(USERS[1]))
         a.say("check\n")
-        check = a.report(30)
+        a.report(30)
         done = a.report(180)
     finally:
         a.end()
-    tap.diag(f"1000 idle connections of uid A: {ready} / {check} / {done}")
+    tap.diag(f"1000 idle connections of uid A: {ready} / {done}")
     tap.ok(ready["last_answered"], "1000 idle: the daemon answered up to the last connection", repr(ready))
-    # Only while A's admitted connections are all still open do the next points say anything.
-    held = ready["idle"] == 0 and check["idle"] == 0 and check["silent"] == ready["silent"] and ready["silent"] > 0
-    why = f"the idle timeout passed before the check (slow machine): {ready} / {check}"
-    for ok, name, diag in ((status_answered(root), "root's status works while uid A holds its connections",
-                            f"{root.returncode} {root.stderr[:300]}"),
-                           (status_answered(other), "another uid's status works within its own budget",
-                            f"{other.returncode} {other.stderr[:300]}")):
-        if held:
-            tap.ok(ok, f"1000 idle: {name}", diag)
-        else:
-            tap.skip(f"1000 idle: {name}", why)
-    m = re.search(r"at most (\d+)", " ".join(ready.get("sample") or []))
-    budget = int(m.group(1)) if m else None
-    if held:
-        tap.eq((done["refused"], done["idle"], done["other"], done["silent"]),
-               (n - (budget or 0), budget, 0, 0),
-               f"1000 idle: uid A was admitted its budget ({budget}) and refused the rest, by uid", repr(done))
-    else:
-        tap.skip("1000 idle: uid A was admitted its budget and refused the rest", why)
+    # How many were admitted depends on how many idled out (freeing their slot) before the last one came; the
+    # exact cap, with every connection held at once, is trial_per_uid's.
+    tap.eq((done["refused"] + done["idle"], done["other"], done["silent"]), (n, 0, 0),
+           "1000 idle: each connection was refused or closed idle, none told anything else", repr(done))
+    tap.ok(done["idle"] >= PER_UID, f"1000 idle: at least the cap ({PER_UID}) was admitted", repr(done))
+    tap.contains(" ".join(ready.get("sample") or []), f"(at most {PER_UID})",
+                 f"1000 idle: the refusal names the per-uid cap of kernelsupd(8), {PER_UID}")
     tap.ok(done["idle"] > 0 and done["silent"] == 0 and "idle timeout" in " ".join(done.get("sample") or []),
            "1000 idle: every admitted idle connection was closed with an idle timeout", repr(done))
+
+
+def trial_per_uid(tap, d):
+    """uid A opens more connections than its cap, each waiting (never idle): exactly the cap of kernelsupd(8) is
+    admitted, the rest refused; root and uid B get through meanwhile."""
+    n = PER_UID + 8
+    a = Attacker(USERS[0], "hold", d.socket, n, harness.scaled(60), "own-a")
+    try:
+        got = a.report(120)
+        root = d.ctl("status", "--json")
+        other = d.ctl("status", "--json", prefix=user_drop(USERS[1]))
+    finally:
+        a.end()
+    tap.eq((got["admitted"], got["refused"]), (PER_UID, n - PER_UID),
+           f"per uid: {n} waiting connections of uid A, {PER_UID} admitted (kernelsupd(8)) and the rest refused",
+           repr(got))
+    uid = pwd.getpwnam(USERS[0]).pw_uid
+    tap.eq(got["messages"], [f"too many connections from uid {uid} (at most {PER_UID})"],
+           "per uid: the refusal names the uid and the cap", repr(got))
+    tap.ok(status_answered(root), "per uid: root's status works while uid A holds its cap",
+           f"{root.returncode} {root.stderr[:300]}")
+    tap.ok(status_answered(other), "per uid: another uid's status works while uid A holds its cap",
+           f"{other.returncode} {other.stderr[:300]}")
 
 
 def trial_reserve(tap, d):
@@ -400,6 +413,36 @@ def trial_reserve(tap, d):
     except harness.WaitTimeout:
         got_in = False
     tap.ok(got_in, "reserve: the fifth uid gets in once the others have left")
+
+
+def trial_visibility(tap, d):
+    """What uid A is shown without naming a context: its own (own-a) and nothing of the others' (kernelsupd(8),
+    CONTROL CONNECTIONS: another uid sees only the contexts that run as that uid)."""
+    drop = user_drop(USERS[0])
+    all_names = sorted(["secret"] + [f"own-{u[-1]}" for u in USERS])
+    root = d.status()
+    tap.eq(sorted(c["name"] for c in root["contexts"]), all_names, "visibility: root's status lists every context")
+    for args in (("status",), ("wait", "--timeout", "1")):
+        r = d.ctl(*args, "--json", prefix=drop)
+        try:
+            names = sorted(c.get("name") for c in json.loads(r.stdout).get("contexts"))
+        except (ValueError, AttributeError, TypeError):
+            names = None
+        tap.eq(names, ["own-a"], f"visibility: kernelctl {args[0]} --json as uid A lists own-a alone",
+               f"exit {r.returncode}, stderr {r.stderr[-300:]!r}")
+        r = d.ctl(*args, prefix=drop)
+        shown = [n for n in all_names if re.search(rf"(^|\W){re.escape(n)}(\W|$)", r.stdout + r.stderr)]
+        tap.eq(shown, ["own-a"], f"visibility: kernelctl {args[0]} as uid A names own-a alone",
+               f"exit {r.returncode}, stdout {r.stdout[-500:]!r}")
+    r = d.ctl("metrics", prefix=drop)
+    labelled = sorted(set(re.findall(r'context="([^"]*)"', r.stdout)))
+    tap.eq((r.returncode, labelled), (0, ["own-a"]), "visibility: kernelctl metrics as uid A has own-a's series alone",
+           r.stderr[-300:])
+    ours, theirs = d.ctl("history", "own-a", prefix=drop), d.ctl("history", "own-b", prefix=drop)
+    # own-a keeps no journal (restore = none, the default): an answer about own-a, not "no such context".
+    tap.eq((ours.returncode, "own-a keeps no cell journal" in ours.stderr, theirs.returncode), (1, True, 5),
+           "visibility: kernelctl history as uid A: own-a's is answered, own-b's is no such context (exit 5)",
+           f"own-a: {ours.stderr.strip()!r}; own-b: {theirs.stderr.strip()!r}")
 
 
 def trial_probe(tap, d):
@@ -458,8 +501,12 @@ def test(tap):
             trial_idle(tap, d)
         with tap.guard("1000 idle connections"):
             trial_idle_flood(tap, d)
+        with tap.guard("the per-uid cap"):
+            trial_per_uid(tap, d)
         with tap.guard("the reserve for root"):
             trial_reserve(tap, d)
+        with tap.guard("what another uid sees"):
+            trial_visibility(tap, d)
         with tap.guard("name probing"):
             trial_probe(tap, d)
 

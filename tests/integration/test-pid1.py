@@ -43,7 +43,7 @@ kept[0].pid, kept[1].pid, kept[2].pid
 
 # The cell's child starts `sleep 2` in a new session, prints its pid and exits: the sleep is orphaned.
 ORPHAN_CELL = """import subprocess
-out = subprocess.run(["/bin/sh", "-c", "setsid sleep 2 </dev/null >/dev/null 2>&1 & echo $!"],
+out = subprocess.run(["/bin/sh", "-c", "setsid sleep 1001 </dev/null >/dev/null 2>&1 & echo $!"],
                      capture_output=True, text=True).stdout.strip()
 int(out)
 """
@@ -220,16 +220,20 @@ def test_reaping(tap):
            harness.describe(escaped_h))
 
     # An orphan made while the kernel runs: the cell's child forks a sleep into a session of its own and
-    # exits at once, so the sleep's parent is PID 1 until it ends a moment later.
-    r = run_cell(tap, d, "default", ORPHAN_CELL, "a cell orphans a short sleep (a double fork)")
+    # exits at once (the cell answers once it has), so the sleep's parent is PID 1 from then on; the test ends
+    # it with a signal, and PID 1 must reap it.
+    r = run_cell(tap, d, "default", ORPHAN_CELL, "a cell orphans a sleep (a double fork)")
     line = r.stdout.splitlines()[0] if r.stdout else ""
     orphan_h = d.host_pid(int(line)) if line.isdigit() else None
     st = harness.proc_stat(orphan_h) if orphan_h else None
     tap.ok(orphan_h is not None, "the orphaned sleep runs in the namespace", repr(r.stdout))
-    tap.ok(st is None or st[1] == pid1, "while it runs, the orphan is a child of PID 1", harness.describe(orphan_h))
+    tap.ok(st is not None and st[1] == pid1, "while it runs, the orphan is a child of PID 1",
+           harness.describe(orphan_h) if orphan_h else repr(r.stdout))
+    if st is not None:
+        os.kill(orphan_h, signal.SIGTERM)
     gone = harness.poll_until(lambda: harness.proc_stat(orphan_h) if orphan_h else None, 15,
                               "the orphan to end and be reaped", check=lambda s: s is None)
-    tap.ok(orphan_h is not None and gone is None, "when the orphan ends, PID 1 reaps it (no zombie)",
+    tap.ok(orphan_h is not None and gone is None, "when the orphan ends (SIGTERM), PID 1 reaps it (no zombie)",
            harness.describe(orphan_h) if orphan_h else "")
 
     # Another detached sleep, for the stop below: PID 1's exit must end it too.

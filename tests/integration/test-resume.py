@@ -9,6 +9,7 @@ kernelctl wait returns once the contexts are ready and 6 when they are not."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,16 @@ def wait_resumes(d, n):
     """The supervisor's status once it counts at least n resumes."""
     return harness.wait_until(lambda: d.status()["supervisor"], 20, f"supervisor.resumes >= {n}",
                               check=lambda s: isinstance(s.get("resumes"), int) and s["resumes"] >= n)
+
+
+def resumes_metric(d):
+    """kernelsup_daemon_resumes_total in kernelctl metrics (its one sample, a line "NAME VALUE"), or what the text
+    holds instead."""
+    r = d.ctl("metrics")
+    m = re.search(r"^kernelsup_daemon_resumes_total (\S+)$", r.stdout, re.M)
+    if r.returncode != 0 or not m:
+        return f"exit {r.returncode}, no sample in {r.stdout[:300]!r}, stderr {r.stderr[-300:]!r}"
+    return float(m.group(1))
 
 
 def resume_sigcont(*pids):
@@ -184,6 +195,7 @@ def test_freeze(tap):
         resume_sigcont(before["pid"], d.proc.pid)
     sup = wait_resumes(d, 1)
     tap.eq(sup.get("resumes"), 1, "freeze of daemon and kernel: supervisor.resumes is 1")
+    tap.eq(resumes_metric(d), 1, "freeze: kernelctl metrics says kernelsup_daemon_resumes_total 1")
     tap.ok(isinstance(sup.get("last_resume_at"), str) and sup["last_resume_at"],
            "freeze: supervisor.last_resume_at is set", repr(sup.get("last_resume_at")))
     r = check(d, "default", expect=before["kernel_id"])
@@ -208,6 +220,7 @@ def test_freeze(tap):
         resume_sigcont(d.proc.pid)
     sup = wait_resumes(d, 2)
     tap.eq(sup.get("resumes"), 2, "freeze of the daemon alone: supervisor.resumes goes to 2")
+    tap.eq(resumes_metric(d), 2, "daemon freeze: kernelsup_daemon_resumes_total goes to 2")
     r = check(d, "default", expect=before["kernel_id"])
     tap.eq(r.returncode, 0, "daemon freeze: check --expect exits 0", out(r))
     c = d.context("default")

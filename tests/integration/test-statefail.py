@@ -51,8 +51,11 @@ def as_nobody(tap, d):
     os.chmod(d.socket, 0o666)
     try:
         r = d.ctl("status", "--json", prefix=NOBODY)
-        deg = (json.loads(r.stdout or "{}").get("supervisor") or {}).get("degraded")
+        j = json.loads(r.stdout or "{}")
+        deg = (j.get("supervisor") or {}).get("degraded")
         tap.eq(r.returncode, 1, "as nobody: status exits 1 while degraded", r.stderr)
+        tap.eq([c.get("name") for c in j.get("contexts") or []], [],
+               "as nobody: status lists no context (none runs as nobody)", r.stdout[:500])
         tap.eq(deg, f"cannot write state files in {d.state_dir}",
                "as nobody: degraded names the state directory, not another user's context")
     finally:

@@ -1,7 +1,8 @@
 /* Tests of one context's state machine through its ContextHost, with the stub
  * kernel (tests/stubkernel) on a loop of its own: launch and ready, a killed
  * kernel restarted after a backoff, a kernel that exits at once (the backoff
- * doubling, failed after start_limit_burst, the cool-down), the stop
+ * doubling, failed after start_limit_burst, the cool-down; backoff_reset of readiness starting the count
+ * over), the stop
  * escalation (shutdown_request; SIGTERM after shutdown_grace when the request
  * is ignored; SIGKILL at stop_timeout when SIGTERM is too), a freeze reported
  * by the host's clock_check, and the adoption of a kernel an earlier context
@@ -127,6 +128,15 @@ static bool run_until(World *w, Context *c, ContextStateKind want) {
         return !w->timed_out;
 }
 
+/* Runs the loop for ms (a timer of its own), whatever happens meanwhile. */
+static void run_for(World *w, uint64_t ms) {
+        w->timed_out = false;
+        uv_timer_start(&w->safety, safety_cb, ms, 0);
+        while (!w->timed_out)
+                uv_run(&w->loop, UV_RUN_ONCE);
+        uv_timer_stop(&w->safety);
+}
+
 /* The loop time at which c last entered state, or -1. */
 static long long last_entered(const World *w, const Context *c, ContextStateKind state) {
         for (size_t i = w->n_events; i > 0; i--)
@@ -200,6 +210,8 @@ static int write_config(World *w, char **ret_path) {
                 "[context:flappy]\n"
                 "start_limit_burst = 2\n"
                 "backoff_max = 400ms\n"
+                "[context:reset]\n"
+                "backoff_reset = 2s\n"
                 "[context:silent]\n"
                 "heartbeat_interval = 200ms\n"
                 "heartbeat_misses = 3\n"
@@ -480,6 +492,99 @@ static void test_ready_deaths(World *w) {
         ok(run_until(w, c, CONTEXT_STOPPED), "deaths: stopped");
 }
 
+/* Sends what is written to stderr (the context's log lines) to path until stderr_restore(saved). */
+static int stderr_to(const char *path) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), saved;
+
+        if (fd < 0)
+                return -errno;
+        fflush(stderr);
+        saved = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (saved < 0 || dup2(fd, STDERR_FILENO) < 0) {
+                close(fd);
+                return -errno;
+        }
+        close(fd);
+        return saved;
+}
+
+static void stderr_restore(int saved) {
+        fflush(stderr);
+        (void) dup2(saved, STDERR_FILENO);
+        close(saved);
+}
+
+/* How many ends in a row the last "restarting in" line of the log at path counts, or -1. */
+static int last_ends_in_a_row(const char *path) {
+        _cleanup_free_ char *text = NULL;
+        const char *p, *last = NULL;
+        int n = -1;
+
+        if (read_file(path, 1 << 20, &text, NULL) < 0)
+                return -1;
+        for (p = text; (p = strstr(p, "(ended ")); p++)
+                last = p;
+        if (last && sscanf(last, "(ended %d time", &n) != 1)
+                n = -1;
+        return n;
+}
+
+/* Kills c's kernel and runs the loop until c is in backoff: the event number before the kill, or -1. */
+static long kill_to_backoff(World *w, Context *c) {
+        size_t mark = w->n_events;
+
+        (void) kill(context_pid(c), SIGKILL);
+        return run_until(w, c, CONTEXT_BACKOFF) ? (long) mark : -1;
+}
+
+/* backoff_reset (2 s here, backoff_min 100 ms): three kills of a ready kernel in a row count 1, 2, 3 ends and
+ * the third waits at least 200 ms; a kernel then ready for backoff_reset starts the count over, so its end is
+ * "ended 1 time in a row" and followed by at most backoff_min. No point waits on the clock: a timer of the test,
+ * started after the context's and due no sooner, fires after it (libuv runs timers in order of due time), so
+ * running the loop for backoff_reset from the moment of readiness, and then for backoff_min from the moment of
+ * backoff, lets the context's own timers fire first however late the loop is. */
+static void test_backoff_reset(World *w) {
+        Context *c = world_context(w, "reset");
+        _cleanup_free_ char *log = NULL;
+        size_t before_wait = 0;
+        long mark;
+        int saved, n = -1;
+
+        if (!ok(c != NULL, "backoff_reset: context created") || asprintf(&log, "%s/reset.log", w->dir) < 0)
+                return;
+        saved = stderr_to(log);
+        if (!ok(saved >= 0, "backoff_reset: stderr goes to %s", log))
+                return;
+        context_start(c);
+        bool up = run_until(w, c, CONTEXT_READY);
+        for (int i = 1; up && i <= 3; i++) {
+                mark = kill_to_backoff(w, c);
+                n = last_ends_in_a_row(log);
+                up = mark >= 0 && run_until(w, c, CONTEXT_READY);
+                if (i == 3)
+                        before_wait = (size_t) last_entered(w, c, CONTEXT_STARTING) -
+                                      (size_t) last_entered(w, c, CONTEXT_BACKOFF);
+        }
+        if (!up) {
+                stderr_restore(saved);
+                ok(false, "backoff_reset: three kill -9s, each followed by a ready kernel");
+                return;
+        }
+        /* The reset: the loop runs backoff_reset from the moment the last kernel was ready. */
+        run_for(w, 2000);
+        mark = kill_to_backoff(w, c);
+        int after = last_ends_in_a_row(log);
+        run_for(w, 100);
+        bool left_backoff = mark >= 0 && entered_since(w, c, CONTEXT_STARTING, (size_t) mark);
+        stderr_restore(saved);
+        is_int(n, 3, "backoff_reset: the third kill -9 in a row is logged \"ended 3 times in a row\"");
+        ok(before_wait >= 200, "backoff_reset: the third waited at least 200 ms (%zu)", before_wait);
+        is_int(after, 1, "backoff_reset: after backoff_reset of readiness, the next end is \"ended 1 time in a row\"");
+        ok(left_backoff, "backoff_reset: and is followed by at most backoff_min (100 ms): a new start by then");
+        context_stop(c);
+        ok(run_until(w, c, CONTEXT_STOPPED), "backoff_reset: stopped");
+}
+
 static void client_on_reply(KernelConn *k, Channel channel, const JupyterMsg *msg, void *userdata) {
 }
 static void client_on_iopub(KernelConn *k, const JupyterMsg *msg, void *userdata) {
@@ -570,15 +675,6 @@ static void test_client_shutdown_stuck(World *w, const char *name, const char *s
            "%s: never failed, never stopped", name);
         context_stop(c);
         ok(run_until(w, c, CONTEXT_STOPPED), "%s: stopped", name);
-}
-
-/* Runs the loop for ms (a timer of its own), whatever happens meanwhile. */
-static void run_for(World *w, uint64_t ms) {
-        w->timed_out = false;
-        uv_timer_start(&w->safety, safety_cb, ms, 0);
-        while (!w->timed_out)
-                uv_run(&w->loop, UV_RUN_ONCE);
-        uv_timer_stop(&w->safety);
 }
 
 /* Runs the loop until c's kernel has answered more than answers pings: true, or false at the safety timeout. */
@@ -754,6 +850,7 @@ int main(void) {
         test_stop_sigkill(&w);
         test_adopt(&w);
         test_ready_deaths(&w);
+        test_backoff_reset(&w);
         test_client_shutdown(&w);
         test_client_shutdown_stuck(&w, "noshutdown", "SIGTERM", 300);
         test_client_shutdown_stuck(&w, "noterm", "SIGKILL", 1000);
