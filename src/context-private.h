@@ -122,6 +122,8 @@ struct Context {
         bool hb_outstanding;       /* a ping has not come back yet */
         unsigned hb_missed;        /* consecutive pings that did not come back within an interval */
         uint64_t hb_answers;       /* pings answered, ever */
+        unsigned dropped_unsaid;   /* channels (1 << Channel) dropped while running, not yet logged: a kernel that
+                                    * dies closes them all, so they are said only once it is heard from again */
         usec_t unresponsive_since; /* CLOCK_MONOTONIC */
         int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
         bool client_shutdown;      /* stopping because the kernel acknowledged a client's shutdown_request */

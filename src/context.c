@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,9 +284,26 @@ static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdat
                 context_shutdown_acked(c);
 }
 
+/* The kernel answered after some of its connections were dropped: it is alive, so they were dropped for a
+ * message over the bound (or broke), which is worth a warning. One that is dying (its exit is not handled yet but
+ * its pidfd says so) closed them by exiting. */
+static void dropped_say(Context *c) {
+        struct pollfd pfd = { .fd = c->pidfd, .events = POLLIN };
+
+        if (!c->dropped_unsaid || (c->pidfd >= 0 && poll(&pfd, 1, 0) > 0))
+                return;
+        for (Channel ch = 0; ch < _CHANNEL_MAX; ch++)
+                if (c->dropped_unsaid & (1u << ch))
+                        log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, "
+                                    "or it broke); connected again",
+                                    c->name, channel_to_string(ch), c->max_message);
+        c->dropped_unsaid = 0;
+}
+
 static void conn_on_hb(KernelConn *conn, void *userdata) {
         Context *c = userdata;
 
+        dropped_say(c);
         c->hb_outstanding = false;
         c->hb_missed = 0;
         c->hb_answers++;
@@ -301,13 +319,11 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
 static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         Context *c = userdata;
 
-        /* A kernel that exits closes them all: worth a warning only while it should be running. */
-        if (c->state == CONTEXT_STOPPING)
-                log_debug("%s: the kernel closed its %s connection", c->name, channel_to_string(channel));
-        else
-                log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, or it "
-                            "broke); connected again",
-                            c->name, channel_to_string(channel), c->max_message);
+        /* A kernel that exits closes them all, also one killed while it should be running: the warning waits
+         * until the kernel answers its heartbeat again (dropped_say), and its exit forgets it. */
+        log_debug("%s: the kernel's %s connection was dropped", c->name, channel_to_string(channel));
+        if (c->state != CONTEXT_STOPPING)
+                c->dropped_unsaid |= 1u << channel;
         if (channel == CHANNEL_IOPUB && c->state != CONTEXT_STOPPING)
                 context_journal_on_dropped(c);
         exec_queue_on_dropped(c->exec, channel, c->max_message);
@@ -783,6 +799,9 @@ static void context_handle_exit(Context *c) {
                 kernel_conn_close(c->conn);
                 c->conn = NULL;
         }
+        if (c->dropped_unsaid)
+                log_debug("%s: its connections were dropped by its exit", c->name);
+        c->dropped_unsaid = 0;
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
         uv_timer_stop(&c->hb_timer);

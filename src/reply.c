@@ -376,7 +376,8 @@ static json_t *encode_value(const Field *f, const void *v) {
         case FIELD_INTEGER:
                 return json_integer(*AT(v, f, long long));
         case FIELD_NUMBER:
-                return json_real(*AT(v, f, double));
+                /* Seconds to the millisecond: more digits tell nothing and read as noise. */
+                return json_real(round(*AT(v, f, double) * 1000) / 1000);
         case FIELD_BOOL:
                 return json_boolean(*AT(v, f, bool));
         case FIELD_TIME:
