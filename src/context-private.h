@@ -109,6 +109,7 @@ struct Context {
         PreloadLaunch *pl_setup;  /* the preloaded kernel's setup report awaited; else NULL */
         char *pending_error;      /* why the current launch failed, set before its exit */
         char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
+        usec_t save_error_at;     /* when save_error was set (CLOCK_REALTIME) */
         bool conn_saved;          /* st's ports and key are on disk as they are now */
         struct {
                 char kernel_id[37];

@@ -36,6 +36,9 @@ const char *context_last_error(const Context *c) {
         /* A state that is not on disk matters more than why the last kernel ended (which the log keeps). */
         return c->save_error ?: c->st.last_error;
 }
+usec_t context_last_error_at(const Context *c) {
+        return c->save_error ? c->save_error_at : c->st.last_error_at;
+}
 
 bool context_comes_back(const Context *c) {
         return c->state == CONTEXT_STOPPING && c->client_shutdown && c->want_running &&
@@ -82,6 +85,7 @@ void context_set_state(Context *c, ContextStateKind to) {
 void context_set_error(Context *c, const char *msg) {
         free(c->st.last_error);
         c->st.last_error = msg ? strdup(msg) : NULL;
+        c->st.last_error_at = c->st.last_error ? now_usec(CLOCK_REALTIME) : 0;
 }
 
 /* Writes st to disk. A failure is kept in save_error (status shows it as last_error, the supervisor as
@@ -107,6 +111,7 @@ int context_save(Context *c) {
                 log_error("%s: %s", c->name, msg);
                 free(c->save_error);
                 c->save_error = TAKE_PTR(msg);
+                c->save_error_at = now_usec(CLOCK_REALTIME);
                 c->host->save_changed(c->host->userdata, c);
         }
         return r;
@@ -1050,6 +1055,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .connection_file = c->cfg->connection_file,
                 .last_exit = exit_reply(&c->st.last_exit),
                 .last_error = context_last_error(c),
+                .last_error_at = context_last_error_at(c),
                 .execution_count = exec_queue_execution_count(c->exec),
                 .last_activity = exec_queue_last_activity(c->exec),
                 .queued = (long long) exec_queue_pending(c->exec),

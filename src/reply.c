@@ -162,6 +162,7 @@ static const Field context_fields[] = {
         F(ReplyContext, "connection_file", FIELD_STRING, connection_file),
         F(ReplyContext, "last_exit", FIELD_STRUCT, last_exit, .sub = &exit_type, .flags = NULLABLE),
         F(ReplyContext, "last_error", FIELD_STRING, last_error, .flags = NULLABLE),
+        F(ReplyContext, "last_error_at", FIELD_TIME, last_error_at, .flags = OPTIONAL),
         INT(ReplyContext, "execution_count", execution_count, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
         F(ReplyContext, "last_activity", FIELD_TIME, last_activity, .flags = NULLABLE),
         INT(ReplyContext, "queued", queued, 0, INT32_MAX),

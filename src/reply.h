@@ -119,7 +119,8 @@ typedef struct ReplyContext {
         double uptime;     /* seconds, sent to the millisecond; negative: null */
         const char *connection_file;
         ReplyExit last_exit;
-        const char *last_error;    /* NULL: null */
+        const char *last_error;    /* NULL: null. Kept once the kernel is ready again: why the last one ended */
+        usec_t last_error_at;      /* when last_error was set (CLOCK_REALTIME); 0: left out (none, or unknown) */
         long long execution_count; /* of the kernel's last cell; -1: null */
         usec_t last_activity;      /* of our cells; 0: null */
         long long queued;          /* cells waiting */
