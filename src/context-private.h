@@ -123,6 +123,7 @@ struct Context {
         bool hb_outstanding;       /* a ping has not come back yet */
         unsigned hb_missed;        /* consecutive pings that did not come back within an interval */
         uint64_t hb_answers;       /* pings answered, ever */
+        usec_t hb_answered_at;     /* CLOCK_MONOTONIC of the last answer, or of the heartbeat's start */
         unsigned dropped_unsaid;   /* channels (1 << Channel) dropped while running, not yet logged: a kernel that
                                     * dies closes them all, so they are said only once it is heard from again */
         usec_t unresponsive_since; /* CLOCK_MONOTONIC */

@@ -309,6 +309,7 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
         Context *c = userdata;
 
         dropped_say(c);
+        c->hb_answered_at = now_usec(CLOCK_MONOTONIC);
         c->hb_outstanding = false;
         c->hb_missed = 0;
         c->hb_answers++;
@@ -396,8 +397,18 @@ static void exec_hook_exit_asked(void *userdata, const char *msg_id, bool kept) 
         context_shutdown_acked(c);
 }
 
+static usec_t exec_hook_unresponsive_for(void *userdata) {
+        Context *c = userdata;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        if (c->state != CONTEXT_UNRESPONSIVE)
+                return 0;
+        return now > c->hb_answered_at ? now - c->hb_answered_at : 1;
+}
+
 const ExecHooks context_exec_hooks = {
         .interrupt = exec_hook_interrupt,
+        .unresponsive_for = exec_hook_unresponsive_for,
         .busy = exec_hook_busy,
         .exit_asked = exec_hook_exit_asked,
 };
@@ -484,6 +495,7 @@ void context_resumed(Context *c) {
         /* The deadlines restart from now: the frozen time was nobody's fault. */
         c->hb_missed = 0;
         c->hb_outstanding = false;
+        c->hb_answered_at = now_usec(CLOCK_MONOTONIC);
         if (c->state == CONTEXT_STARTING)
                 uv_timer_start(&c->timer, context_deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         else if (c->state == CONTEXT_STOPPING && c->stop_phase < 2)
