@@ -20,6 +20,8 @@
 #define NATIVE_KERNEL "python3"
 #define DEFAULT_PORT_MIN 20000
 #define DEFAULT_PORT_MAX 32000
+/* Every uid may connect: the daemon shows and lets each drive only its own contexts (handlers_peer_sees()). */
+#define DEFAULT_SOCKET_MODE 0666
 
 typedef enum SectionKind {
         SECTION_SUPERVISOR,
@@ -42,6 +44,7 @@ typedef enum ValueType {
         VALUE_TRANSPORT,
         VALUE_PRELOAD,
         VALUE_RESTORE,
+        VALUE_MODE,
 } ValueType;
 
 typedef struct ConfigKey {
@@ -54,6 +57,9 @@ typedef struct ConfigKey {
 
 enum {
         KEY_SOCKET,
+        KEY_SOCKET_MODE,
+        KEY_SOCKET_USER,
+        KEY_SOCKET_GROUP,
         KEY_RUNTIME_DIR,
         KEY_STATE_DIR,
         KEY_CONTEXTS_DIR,

@@ -1,6 +1,7 @@
 /* Resolving contexts once every file is read, and the checks across them: see config-private.h. */
 
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -481,6 +482,54 @@ static int context_config_compare(const void *a, const void *b) {
         return strcmp(((const ContextConfig *) a)->name, ((const ContextConfig *) b)->name);
 }
 
+/* A name, or a number as systemd's SocketUser= takes one. 0 when found, -ESRCH when not. */
+static int socket_owner_resolve(const char *name, bool group, unsigned *ret_id) {
+        unsigned long long n;
+
+        if (parse_uint(name, 0, UINT32_MAX - 1, &n) == 0) {
+                *ret_id = (unsigned) n;
+                return 0;
+        }
+        if (group) {
+                const struct group *gr = getgrnam(name);
+                if (!gr)
+                        return -ESRCH;
+                *ret_id = gr->gr_gid;
+        } else {
+                const struct passwd *pw = getpwnam(name);
+                if (!pw)
+                        return -ESRCH;
+                *ret_id = pw->pw_uid;
+        }
+        return 0;
+}
+
+/* socket_mode's default, and socket_user and socket_group as ids: a name nobody has is said now, with its line,
+ * not when the daemon binds the socket. */
+static int parser_resolve_socket_access(Parser *p) {
+        Config *c = p->config;
+        const KeySetting *user = &p->supervisor.keys[KEY_SOCKET_USER], *group = &p->supervisor.keys[KEY_SOCKET_GROUP];
+        unsigned id;
+
+        if (p->supervisor.keys[KEY_SOCKET_MODE].line == 0)
+                c->socket_mode = DEFAULT_SOCKET_MODE;
+        c->socket_uid = (uid_t) -1;
+        c->socket_gid = (gid_t) -1;
+        if (c->socket_user) {
+                if (socket_owner_resolve(c->socket_user, false, &id) < 0)
+                        return parser_fail_key(p, p->supervisor.cc.source.file, user->line, &p->supervisor,
+                                               "socket_user", user->raw, "no such user");
+                c->socket_uid = (uid_t) id;
+        }
+        if (c->socket_group) {
+                if (socket_owner_resolve(c->socket_group, true, &id) < 0)
+                        return parser_fail_key(p, p->supervisor.cc.source.file, group->line, &p->supervisor,
+                                               "socket_group", group->raw, "no such group");
+                c->socket_gid = (gid_t) id;
+        }
+        return 0;
+}
+
 int parser_resolve(Parser *p) {
         const ConfigDefaults *d = p->defaults;
         Config *c = p->config;
@@ -515,6 +564,9 @@ int parser_resolve(Parser *p) {
                 c->port_min = DEFAULT_PORT_MIN;
                 c->port_max = DEFAULT_PORT_MAX;
         }
+        r = parser_resolve_socket_access(p);
+        if (r < 0)
+                return r;
 
         context_config_init(&builtins_and_defaults);
         if (p->defaults_section.keys[KEY_BACKOFF_MIN].line > 0)

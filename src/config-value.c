@@ -37,6 +37,26 @@ int parse_socket_path(const char *value, void *data, const char **ret_reason) {
         return parse_absolute_path(value, data, ret_reason);
 }
 
+/* An octal mode of the permission bits only, as chmod(1) takes it: "0666", "660". The setuid, setgid and sticky bits
+ * mean nothing on a socket, so a mode with them is a mistake to say. */
+int parse_socket_mode(const char *value, void *data, const char **ret_reason) {
+        size_t n = strspn(value, "01234567");
+        unsigned long m;
+
+        if (n == 0 || value[n] != '\0' || n > 4) {
+                *ret_reason = "expected an octal mode such as 0666 (digits 0-7)";
+                return -EINVAL;
+        }
+        m = strtoul(value, NULL, 8);
+        if (m > 0777) {
+                *ret_reason = "only the permission bits (at most 0777): setuid, setgid and sticky mean nothing on a "
+                              "socket";
+                return -EINVAL;
+        }
+        *(mode_t *) data = (mode_t) m;
+        return 0;
+}
+
 /* "MIN-MAX" into two adjacent uint16_t (Config's port_min and port_max). */
 int parse_port_range(const char *value, void *data, const char **ret_reason) {
         unsigned long long lo = 0, hi = 0;

@@ -16,6 +16,7 @@ int argv_split(const char *s, char ***ret, const char **ret_reason);
 
 int parse_absolute_path(const char *value, void *data, const char **ret_reason);
 int parse_socket_path(const char *value, void *data, const char **ret_reason);
+int parse_socket_mode(const char *value, void *data, const char **ret_reason);
 int parse_port_range(const char *value, void *data, const char **ret_reason);
 int parse_argv(const char *value, void *data, const char **ret_reason);
 int parse_restart(const char *value, void *data, const char **ret_reason);

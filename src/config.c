@@ -40,6 +40,9 @@
 
 const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_SOCKET] = SUPERVISOR_KEY("socket", parse_socket_path, socket_path, VALUE_STRING),
+        [KEY_SOCKET_MODE] = SUPERVISOR_KEY("socket_mode", parse_socket_mode, socket_mode, VALUE_MODE),
+        [KEY_SOCKET_USER] = SUPERVISOR_KEY("socket_user", parse_user_name, socket_user, VALUE_STRING),
+        [KEY_SOCKET_GROUP] = SUPERVISOR_KEY("socket_group", parse_user_name, socket_group, VALUE_STRING),
         [KEY_RUNTIME_DIR] = SUPERVISOR_KEY("runtime_dir", parse_absolute_path, runtime_dir, VALUE_STRING),
         [KEY_STATE_DIR] = SUPERVISOR_KEY("state_dir", parse_absolute_path, state_dir, VALUE_STRING),
         [KEY_CONTEXTS_DIR] = SUPERVISOR_KEY("contexts_dir", parse_absolute_path, contexts_dir, VALUE_STRING),
@@ -109,6 +112,8 @@ size_t value_size(ValueType t) {
                 return sizeof(Preload);
         case VALUE_RESTORE:
                 return sizeof(Restore);
+        case VALUE_MODE:
+                return sizeof(mode_t);
         default:
                 return 0;
         }
@@ -603,6 +608,8 @@ Config *config_free(Config *c) {
                 return NULL;
         free(c->path);
         free(c->socket_path);
+        free(c->socket_user);
+        free(c->socket_group);
         free(c->runtime_dir);
         free(c->state_dir);
         free(c->contexts_dir);

@@ -103,6 +103,14 @@ typedef struct ContextConfig {
 typedef struct Config {
         char *path; /* the main file */
         char *socket_path;
+        /* The socket's mode (default 0666: every uid may connect, and the daemon shows each only its own
+         * contexts), and its owner and group by name or number (NULL: the daemon's), resolved at load into
+         * socket_uid and socket_gid ((uid_t) -1 and (gid_t) -1 when not set). A socket systemd passes keeps
+         * what its unit gave it (SocketMode=, SocketUser=, SocketGroup=). */
+        mode_t socket_mode;
+        char *socket_user, *socket_group;
+        uid_t socket_uid;
+        gid_t socket_gid;
         char *runtime_dir;
         char *state_dir;
         char *contexts_dir;

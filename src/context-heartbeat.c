@@ -53,6 +53,7 @@ void context_hb_start(Context *c) {
 
         c->hb_outstanding = false;
         c->hb_missed = 0;
+        c->hb_answered_at = now_usec(CLOCK_MONOTONIC);
         uv_timer_start(&c->hb_timer, hb_timer_cb, ms, ms);
 }
 

@@ -109,6 +109,7 @@ struct Context {
         PreloadLaunch *pl_setup;  /* the preloaded kernel's setup report awaited; else NULL */
         char *pending_error;      /* why the current launch failed, set before its exit */
         char *save_error;         /* why st is not on disk (the last save failed); NULL when it is */
+        usec_t save_error_at;     /* when save_error was set (CLOCK_REALTIME) */
         bool conn_saved;          /* st's ports and key are on disk as they are now */
         struct {
                 char kernel_id[37];
@@ -122,6 +123,9 @@ struct Context {
         bool hb_outstanding;       /* a ping has not come back yet */
         unsigned hb_missed;        /* consecutive pings that did not come back within an interval */
         uint64_t hb_answers;       /* pings answered, ever */
+        usec_t hb_answered_at;     /* CLOCK_MONOTONIC of the last answer, or of the heartbeat's start */
+        unsigned dropped_unsaid;   /* channels (1 << Channel) dropped while running, not yet logged: a kernel that
+                                    * dies closes them all, so they are said only once it is heard from again */
         usec_t unresponsive_since; /* CLOCK_MONOTONIC */
         int stop_phase;            /* 0: shutdown_request sent, 1: SIGTERM sent, 2: SIGKILL sent */
         bool client_shutdown;      /* stopping because the kernel acknowledged a client's shutdown_request */

@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,9 @@ bool context_autostart(const Context *c) {
 const char *context_last_error(const Context *c) {
         /* A state that is not on disk matters more than why the last kernel ended (which the log keeps). */
         return c->save_error ?: c->st.last_error;
+}
+usec_t context_last_error_at(const Context *c) {
+        return c->save_error ? c->save_error_at : c->st.last_error_at;
 }
 
 bool context_comes_back(const Context *c) {
@@ -81,6 +85,7 @@ void context_set_state(Context *c, ContextStateKind to) {
 void context_set_error(Context *c, const char *msg) {
         free(c->st.last_error);
         c->st.last_error = msg ? strdup(msg) : NULL;
+        c->st.last_error_at = c->st.last_error ? now_usec(CLOCK_REALTIME) : 0;
 }
 
 /* Writes st to disk. A failure is kept in save_error (status shows it as last_error, the supervisor as
@@ -106,6 +111,7 @@ int context_save(Context *c) {
                 log_error("%s: %s", c->name, msg);
                 free(c->save_error);
                 c->save_error = TAKE_PTR(msg);
+                c->save_error_at = now_usec(CLOCK_REALTIME);
                 c->host->save_changed(c->host->userdata, c);
         }
         return r;
@@ -283,9 +289,27 @@ static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdat
                 context_shutdown_acked(c);
 }
 
+/* The kernel answered after some of its connections were dropped: it is alive, so they were dropped for a
+ * message over the bound (or broke), which is worth a warning. One that is dying (its exit is not handled yet but
+ * its pidfd says so) closed them by exiting. */
+static void dropped_say(Context *c) {
+        struct pollfd pfd = { .fd = c->pidfd, .events = POLLIN };
+
+        if (!c->dropped_unsaid || (c->pidfd >= 0 && poll(&pfd, 1, 0) > 0))
+                return;
+        for (Channel ch = 0; ch < _CHANNEL_MAX; ch++)
+                if (c->dropped_unsaid & (1u << ch))
+                        log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, "
+                                    "or it broke); connected again",
+                                    c->name, channel_to_string(ch), c->max_message);
+        c->dropped_unsaid = 0;
+}
+
 static void conn_on_hb(KernelConn *conn, void *userdata) {
         Context *c = userdata;
 
+        dropped_say(c);
+        c->hb_answered_at = now_usec(CLOCK_MONOTONIC);
         c->hb_outstanding = false;
         c->hb_missed = 0;
         c->hb_answers++;
@@ -301,13 +325,11 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
 static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         Context *c = userdata;
 
-        /* A kernel that exits closes them all: worth a warning only while it should be running. */
-        if (c->state == CONTEXT_STOPPING)
-                log_debug("%s: the kernel closed its %s connection", c->name, channel_to_string(channel));
-        else
-                log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, or it "
-                            "broke); connected again",
-                            c->name, channel_to_string(channel), c->max_message);
+        /* A kernel that exits closes them all, also one killed while it should be running: the warning waits
+         * until the kernel answers its heartbeat again (dropped_say), and its exit forgets it. */
+        log_debug("%s: the kernel's %s connection was dropped", c->name, channel_to_string(channel));
+        if (c->state != CONTEXT_STOPPING)
+                c->dropped_unsaid |= 1u << channel;
         if (channel == CHANNEL_IOPUB && c->state != CONTEXT_STOPPING)
                 context_journal_on_dropped(c);
         exec_queue_on_dropped(c->exec, channel, c->max_message);
@@ -375,8 +397,18 @@ static void exec_hook_exit_asked(void *userdata, const char *msg_id, bool kept) 
         context_shutdown_acked(c);
 }
 
+static usec_t exec_hook_unresponsive_for(void *userdata) {
+        Context *c = userdata;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        if (c->state != CONTEXT_UNRESPONSIVE)
+                return 0;
+        return now > c->hb_answered_at ? now - c->hb_answered_at : 1;
+}
+
 const ExecHooks context_exec_hooks = {
         .interrupt = exec_hook_interrupt,
+        .unresponsive_for = exec_hook_unresponsive_for,
         .busy = exec_hook_busy,
         .exit_asked = exec_hook_exit_asked,
 };
@@ -463,6 +495,7 @@ void context_resumed(Context *c) {
         /* The deadlines restart from now: the frozen time was nobody's fault. */
         c->hb_missed = 0;
         c->hb_outstanding = false;
+        c->hb_answered_at = now_usec(CLOCK_MONOTONIC);
         if (c->state == CONTEXT_STARTING)
                 uv_timer_start(&c->timer, context_deadline_cb, c->cfg->start_timeout / USEC_PER_MSEC, 0);
         else if (c->state == CONTEXT_STOPPING && c->stop_phase < 2)
@@ -787,6 +820,9 @@ static void context_handle_exit(Context *c) {
                 kernel_conn_close(c->conn);
                 c->conn = NULL;
         }
+        if (c->dropped_unsaid)
+                log_debug("%s: its connections were dropped by its exit", c->name);
+        c->dropped_unsaid = 0;
         uv_timer_stop(&c->timer);
         uv_timer_stop(&c->info_timer);
         uv_timer_stop(&c->hb_timer);
@@ -1035,6 +1071,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .connection_file = c->cfg->connection_file,
                 .last_exit = exit_reply(&c->st.last_exit),
                 .last_error = context_last_error(c),
+                .last_error_at = context_last_error_at(c),
                 .execution_count = exec_queue_execution_count(c->exec),
                 .last_activity = exec_queue_last_activity(c->exec),
                 .queued = (long long) exec_queue_pending(c->exec),

@@ -116,6 +116,8 @@ uid_t context_uid(const Context *c); /* the uid its kernel runs as */
 bool context_autostart(const Context *c);
 /* Why the context's state is not on disk (a failed write), else its last failure; NULL when neither. */
 const char *context_last_error(const Context *c);
+/* When context_last_error() was set (CLOCK_REALTIME); 0 with none, or for an error from an older daemon. */
+usec_t context_last_error_at(const Context *c);
 /* Whether the context is stopping a kernel that asked to go (a client's shutdown_request, a cell's exit() that did
  * not keep it) and a new one follows: a cell may wait for it. */
 bool context_comes_back(const Context *c);

@@ -992,9 +992,9 @@ static int socket_path_prepare(const char *path, const struct sockaddr_un *sa, s
         return 0;
 }
 
-/* Binds and listens on path: mode 0660 and the group are set before
+/* Binds and listens on path: the mode, owner and group are set before
  * listen(), so no client can connect while the permissions are still wrong. */
-static int socket_bind_path(const char *path, gid_t gid, int *ret_fd, struct stat *ret_st) {
+static int socket_bind_path(const char *path, const ControlSocketAccess *access, int *ret_fd, struct stat *ret_st) {
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa;
         socklen_t sa_len;
@@ -1013,8 +1013,9 @@ static int socket_bind_path(const char *path, gid_t gid, int *ret_fd, struct sta
                 return -errno;
         if (bind(fd, (const struct sockaddr *) &sa, sa_len) < 0)
                 return -errno;
-        if (chmod(path, 0660) < 0 || (gid != (gid_t) -1 && chown(path, (uid_t) -1, gid) < 0) || lstat(path, &st) < 0 ||
-            listen(fd, CONTROL_BACKLOG) < 0) {
+        /* chown first: it may clear bits that chmod set. */
+        if (((access->uid != (uid_t) -1 || access->gid != (gid_t) -1) && chown(path, access->uid, access->gid) < 0) ||
+            chmod(path, access->mode & 0777) < 0 || lstat(path, &st) < 0 || listen(fd, CONTROL_BACKLOG) < 0) {
                 r = -errno;
                 (void) unlink(path);
                 return r;
@@ -1061,14 +1062,14 @@ static void server_unlink_socket(ControlServer *s) {
         s->path = NULL;
 }
 
-int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t socket_gid,
+int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, const ControlSocketAccess *access,
                        const ControlMethod *methods, size_t n_methods, void *userdata, ControlServer **ret) {
         _cleanup_(server_freep) ControlServer *s = NULL;
         _cleanup_close_ int fd = -1;
         struct stat st = {};
         int r;
 
-        if (!loop || !ret || (n_methods > 0 && !methods) || (listen_fd < 0 && !path))
+        if (!loop || !ret || (n_methods > 0 && !methods) || (listen_fd < 0 && (!path || !access)))
                 return -EINVAL;
 
         s = calloc(1, sizeof *s);
@@ -1092,7 +1093,7 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t s
                 s->path = strdup(path);
                 if (!s->path)
                         return -ENOMEM;
-                r = socket_bind_path(path, socket_gid, &fd, &st);
+                r = socket_bind_path(path, access, &fd, &st);
                 if (r < 0)
                         return r;
                 s->dev = st.st_dev;

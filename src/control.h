@@ -57,15 +57,24 @@ void control_request_set_cancel(ControlRequest *req, void (*cancel)(ControlReque
 
 typedef struct ControlServer ControlServer;
 
+/* Who may connect to a socket the server binds: its mode (permission bits), and its owner and group when not
+ * (uid_t) -1 and (gid_t) -1. */
+typedef struct ControlSocketAccess {
+        mode_t mode;
+        uid_t uid;
+        gid_t gid;
+} ControlSocketAccess;
+
 /* Listens on listen_fd when >= 0 (a socket systemd passed, already bound and
- * listening), else binds path (removing a stale socket nobody answers on;
- * refusing, with -EADDRINUSE, one that a live daemon answers on), mode 0660,
- * group socket_gid when not (gid_t)-1. methods must outlive the server.
+ * listening, whose mode and owner are the unit's: access is not applied), else
+ * binds path (removing a stale socket nobody answers on; refusing, with
+ * -EADDRINUSE, one that a live daemon answers on) and gives it access's mode,
+ * owner and group before it listens. methods must outlive the server.
  * listen_fd stays the caller's: the server listens on a duplicate (an fd
  * that is not a Unix stream socket: -ENOTSOCK or -EPROTOTYPE). A path that
  * holds something other than a socket: -EEXIST. The process must ignore
  * SIGPIPE (libuv writes with write(2)); a vanished peer is then dropped. */
-int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, gid_t socket_gid,
+int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, const ControlSocketAccess *access,
                        const ControlMethod *methods, size_t n_methods, void *userdata, ControlServer **ret);
 
 /* Limits, so that no peer can lock root out: 256 connections in all, of which

@@ -326,6 +326,18 @@ static void run_mark_started(ExecQueue *q) {
                 auto_interrupt(q); /* ours, and its caller was told it would not run */
 }
 
+/* Why a cell of ours has not started, when it is that the kernel answers nothing: NULL otherwise. */
+static const char *kernel_unresponsive(ExecQueue *q, const char *then, char *buf, size_t size) {
+        usec_t silent = q->hooks.unresponsive_for ? q->hooks.unresponsive_for(q->userdata) : 0;
+        char d[32];
+
+        if (silent == 0)
+                return NULL;
+        snprintf(buf, size, "the kernel is unresponsive (no heartbeat answer for %s)%s",
+                 format_duration(d, sizeof d, silent), then);
+        return buf;
+}
+
 /* A cell answered EXEC_NOT_STARTED: it never ran, nothing was interrupted. */
 static void answer_not_started(ExecQueue *q, ExecCell *cell, const char *why) {
         char d[32], msg[320], note[360];
@@ -340,18 +352,22 @@ static void answer_not_started(ExecQueue *q, ExecCell *cell, const char *why) {
 static void timer_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
         ExecCell *cell = q->run.cell;
-        char d[32], msg[256];
+        char d[32], msg[256], why[160];
 
         if (!cell)
                 return;
         if (!q->run.started) {
+                const char *silent =
+                        kernel_unresponsive(q, "; the cell was withdrawn and will not run", why, sizeof why);
                 run_withdraw(q);
                 answer_not_started(q, cell,
-                                   kernel_busy_other(q) ? "another client's request reached the kernel first and was "
-                                                          "still running; the cell was withdrawn and will not run"
-                                                        : "the kernel had not started it (another client's request "
-                                                          "may have reached it first); the cell was withdrawn and "
-                                                          "will not run");
+                                   silent ? silent
+                                   : kernel_busy_other(q)
+                                           ? "another client's request reached the kernel first and was "
+                                             "still running; the cell was withdrawn and will not run"
+                                           : "the kernel had not started it (another client's request "
+                                             "may have reached it first); the cell was withdrawn and "
+                                             "will not run");
                 queue_update_busy(q);
                 return;
         }
@@ -852,11 +868,15 @@ static ExecCell *queue_first_expired(ExecQueue *q, usec_t now) {
 static void wait_timer_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
         ExecCell *cell;
+        char why[160];
 
         while ((cell = queue_first_expired(q, now_usec(CLOCK_MONOTONIC)))) {
+                const char *silent = kernel_unresponsive(q, "", why, sizeof why);
+
                 queue_unlink(q, cell);
                 answer_not_started(q, cell,
                                    !q->conn               ? "the context had no kernel ready"
+                                   : silent               ? silent
                                    : kernel_busy_other(q) ? "the kernel was busy with another client's request"
                                                           : "the kernel was busy with an earlier cell");
         }

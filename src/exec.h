@@ -146,6 +146,9 @@ typedef struct ExecHooks {
          * kernel stays; else it is about to end, and no cell of ours goes to it until the next attach. May be
          * NULL. */
         void (*exit_asked)(void *userdata, const char *msg_id, bool kept);
+        /* How long the kernel has not answered its heartbeat when the context counts it unresponsive, else 0: a cell
+         * that could not start says so rather than blame another client. May be NULL (never unresponsive). */
+        usec_t (*unresponsive_for)(void *userdata);
 } ExecHooks;
 
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);

@@ -16,7 +16,7 @@ bool render_state_is_up(const char *state) {
 }
 
 int render_json(const json_t *j) {
-        if (json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) < 0)
+        if (json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | json_real_flags(j)) < 0)
                 return client_fail(EXIT_FAILED, "cannot write the reply.");
         putchar('\n');
         return EXIT_OK;
@@ -330,7 +330,7 @@ void render_output(const json_t *out, bool traceback) {
 }
 
 void render_json_line(const json_t *j) {
-        if (json_dumpf(j, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) == 0)
+        if (json_dumpf(j, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | json_real_flags(j)) == 0)
                 putchar('\n');
         fflush(stdout);
 }

@@ -137,6 +137,10 @@ int main(int argc, char *argv[]) {
         if (check_only) {
                 printf("%s: OK (%zu context%s)\n", config_path, config->n_contexts,
                        config->n_contexts == 1 ? "" : "s");
+                /* Who may connect: the defaults are not in the file either. */
+                printf("  control socket %s: mode %04o, owner %s, group %s\n", config->socket_path,
+                       (unsigned) config->socket_mode, config->socket_user ?: "(the daemon's)",
+                       config->socket_group ?: "(the daemon's)");
                 /* Which transport each context's kernel gets, and why: auto's choice is not in the file. */
                 for (size_t i = 0; i < config->n_contexts; i++)
                         printf("  %s: transport %s (%s)\n", config->contexts[i].name,

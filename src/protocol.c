@@ -34,7 +34,7 @@ int protocol_exit_code(int rpc_code) {
 static char *encode_line(json_t *root) {
         json_auto_t *j = root;
 
-        return j ? json_dump_line(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        return j ? json_dump_line(j, JSON_COMPACT | JSON_PRESERVE_ORDER | json_real_flags(j)) : NULL;
 }
 
 /* A new object {"jsonrpc": "2.0"}, the start of every message. */

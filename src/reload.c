@@ -44,21 +44,28 @@ static void action_compare(ReloadAction *a, const ContextConfig *was, const Cont
 
 /* What only a restart of the daemon can change. */
 static int plan_not_applied(const Config *old, const Config *new, ReloadPlan *p) {
+        char mode_now[8], mode_wanted[8];
         const struct {
                 const char *key, *now, *wanted;
         } fixed[] = {
                 { "socket", old->socket_path, new->socket_path },
+                { "socket_mode", mode_now, mode_wanted },
+                { "socket_user", old->socket_user, new->socket_user },
+                { "socket_group", old->socket_group, new->socket_group },
                 { "runtime_dir", old->runtime_dir, new->runtime_dir },
                 { "state_dir", old->state_dir, new->state_dir },
         };
         size_t n = 0;
 
+        snprintf(mode_now, sizeof mode_now, "%04o", (unsigned) old->socket_mode);
+        snprintf(mode_wanted, sizeof mode_wanted, "%04o", (unsigned) new->socket_mode);
         for (size_t i = 0; i < ELEMENTSOF(fixed); i++) {
                 char msg[512];
-                if (streq(fixed[i].now, fixed[i].wanted))
+                if (streq_ptr(fixed[i].now, fixed[i].wanted))
                         continue;
+                /* An owner no longer set is the daemon's own again. */
                 snprintf(msg, sizeof msg, "[supervisor] %s changed to %s: restart kernelsupd to apply it",
-                         fixed[i].key, fixed[i].wanted);
+                         fixed[i].key, fixed[i].wanted ?: "(unset)");
                 if (strv_push(&p->not_applied, &n, strdup(msg)) < 0)
                         return -ENOMEM;
         }

@@ -162,6 +162,7 @@ static const Field context_fields[] = {
         F(ReplyContext, "connection_file", FIELD_STRING, connection_file),
         F(ReplyContext, "last_exit", FIELD_STRUCT, last_exit, .sub = &exit_type, .flags = NULLABLE),
         F(ReplyContext, "last_error", FIELD_STRING, last_error, .flags = NULLABLE),
+        F(ReplyContext, "last_error_at", FIELD_TIME, last_error_at, .flags = OPTIONAL),
         INT(ReplyContext, "execution_count", execution_count, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
         F(ReplyContext, "last_activity", FIELD_TIME, last_activity, .flags = NULLABLE),
         INT(ReplyContext, "queued", queued, 0, INT32_MAX),
@@ -376,7 +377,8 @@ static json_t *encode_value(const Field *f, const void *v) {
         case FIELD_INTEGER:
                 return json_integer(*AT(v, f, long long));
         case FIELD_NUMBER:
-                return json_real(*AT(v, f, double));
+                /* Seconds to the millisecond: more digits tell nothing and read as noise. */
+                return json_real(round(*AT(v, f, double) * 1000) / 1000);
         case FIELD_BOOL:
                 return json_boolean(*AT(v, f, bool));
         case FIELD_TIME:

@@ -49,7 +49,7 @@ typedef struct ReplySupervisor {
         long long generation; /* counts the daemon's starts on this machine's state */
         const char *boot_id;
         usec_t started_at;     /* CLOCK_REALTIME; RFC 3339 with milliseconds in JSON */
-        double uptime;         /* seconds */
+        double uptime;         /* seconds, sent to the millisecond */
         long long resumes;     /* freezes of the machine seen */
         usec_t last_resume_at; /* 0: null */
         const char *degraded;  /* why the daemon is degraded (its state is not on disk); NULL: null */
@@ -116,10 +116,11 @@ typedef struct ReplyContext {
         long long incarnation; /* kernels started so far, over the daemon's restarts */
         long long restarts;
         usec_t started_at; /* 0: null */
-        double uptime;     /* seconds; negative: null */
+        double uptime;     /* seconds, sent to the millisecond; negative: null */
         const char *connection_file;
         ReplyExit last_exit;
-        const char *last_error;    /* NULL: null */
+        const char *last_error;    /* NULL: null. Kept once the kernel is ready again: why the last one ended */
+        usec_t last_error_at;      /* when last_error was set (CLOCK_REALTIME); 0: left out (none, or unknown) */
         long long execution_count; /* of the kernel's last cell; -1: null */
         usec_t last_activity;      /* of our cells; 0: null */
         long long queued;          /* cells waiting */

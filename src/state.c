@@ -276,7 +276,8 @@ json_t *context_state_to_json(const ContextState *s) {
             json_object_set_new(j, "started_at", json_uint(s->started_at)) < 0 ||
             json_object_set_new(j, "preloaded", json_boolean(s->preloaded)) < 0 ||
             json_object_set_new(j, "last_exit", exit_info_to_json(&s->last_exit)) < 0 ||
-            json_object_set_new(j, "last_error", s->last_error ? json_string_lossy(s->last_error) : json_null()) < 0)
+            json_object_set_new(j, "last_error", s->last_error ? json_string_lossy(s->last_error) : json_null()) < 0 ||
+            json_object_set_new(j, "last_error_at", json_uint(s->last_error_at)) < 0)
                 return NULL;
         return TAKE_PTR(j);
 }
@@ -441,6 +442,11 @@ int context_state_from_json(const json_t *j, ContextState *ret) {
                 if (!s.last_error)
                         return -ENOMEM;
         }
+        /* Missing in the files an older kernelsupd wrote: then unknown. */
+        v = json_object_get(j, "last_error_at");
+        if (v && (!json_is_integer(v) || json_integer_value(v) < 0))
+                return -EBADMSG;
+        s.last_error_at = s.last_error && v ? (usec_t) json_integer_value(v) : 0;
 
         /* Move: the cleanup of s must neither free what *ret now owns nor leave a key copy behind. */
         *ret = s;

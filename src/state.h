@@ -60,7 +60,8 @@ typedef struct ContextState {
         usec_t started_at;      /* CLOCK_REALTIME, 0 when never */
         bool preloaded;         /* forked by a preloaded launcher rather than started cold */
         ExitInfo last_exit;
-        char *last_error; /* owned; NULL when none */
+        char *last_error;     /* owned; NULL when none */
+        usec_t last_error_at; /* CLOCK_REALTIME when last_error was set; 0 with none (or from an older daemon) */
 } ContextState;
 
 void context_state_done(ContextState *s); /* frees last_error, zeroes */

@@ -162,7 +162,14 @@ static int supervisor_apply(Supervisor *s, const ReloadPlan *p, Config **newp, c
         s->n_contexts = new->n_contexts;
         s->config->port_min = s->host.port_min = new->port_min;
         s->config->port_max = s->host.port_max = new->port_max;
-        /* The directories stay as the daemon started with them (see not_applied). */
+        /* The directories and the socket's access stay as the daemon started with them (see not_applied). */
+        new->socket_mode = s->config->socket_mode;
+        new->socket_uid = s->config->socket_uid;
+        new->socket_gid = s->config->socket_gid;
+        free(new->socket_user);
+        free(new->socket_group);
+        new->socket_user = TAKE_PTR(s->config->socket_user);
+        new->socket_group = TAKE_PTR(s->config->socket_group);
         free(new->socket_path);
         free(new->runtime_dir);
         free(new->state_dir);

@@ -538,6 +538,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
         _cleanup_free_ char *sockdir = NULL, *kdir = NULL, *cdir = NULL;
         const ControlMethod *methods;
         size_t n_methods;
+        int listen_fd;
         Supervisor *s;
         const char *name;
         int r;
@@ -597,8 +598,15 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 goto err;
         }
         methods = handlers_methods(s->handlers, &n_methods);
-        r = control_server_new(loop, config->socket_path, notify_listen_fd(), (gid_t) -1, methods, n_methods,
-                               s->handlers, &s->control);
+        listen_fd = notify_listen_fd();
+        if (listen_fd >= 0)
+                log_info("Serving on the control socket systemd passed: its unit's SocketMode=, SocketUser= and "
+                         "SocketGroup= decide who may connect, not socket_mode, socket_user and socket_group.");
+        r = control_server_new(loop, config->socket_path, listen_fd,
+                               &(ControlSocketAccess){ .mode = config->socket_mode,
+                                                       .uid = config->socket_uid,
+                                                       .gid = config->socket_gid },
+                               methods, n_methods, s->handlers, &s->control);
         if (r < 0) {
                 r = fail(ret_error, r, "Failed to listen on", config->socket_path,
                          r == -EADDRINUSE ? " (is another kernelsupd running?)" : NULL);

@@ -630,6 +630,27 @@ int strv_env_set_copy(char ***env, const char *kv) {
         return strv_env_set(env, &n, strdup(kv));
 }
 
+static bool real_short(double v) {
+        char buf[32];
+
+        snprintf(buf, sizeof buf, "%.15g", v);
+        return strtod(buf, NULL) == v;
+}
+
+size_t json_real_flags(const json_t *j) {
+        const char *key;
+        json_t *v;
+        size_t i;
+
+        if (json_is_real(j))
+                return real_short(json_real_value(j)) ? JSON_REAL_PRECISION(15) : 0;
+        if (json_is_object(j)) {
+                json_object_foreach((json_t *) j, key, v) if (json_real_flags(v) == 0) return 0;
+        } else if (json_is_array(j))
+                json_array_foreach(j, i, v) if (json_real_flags(v) == 0) return 0;
+        return JSON_REAL_PRECISION(15);
+}
+
 char *json_dump_line(const json_t *j, size_t flags) {
         _cleanup_free_ char *s = json_dumps(j, flags);
         char *t;

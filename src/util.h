@@ -130,6 +130,11 @@ int strv_env_set_copy(char ***env, const char *kv);
 /* a followed by b, newly allocated; NULL on out of memory. */
 char *strjoin(const char *a, const char *b);
 
+/* The flag that makes jansson write every real of j as short as it reads back exactly: JSON_REAL_PRECISION(15)
+ * when each does (an uptime rounded to milliseconds prints 7.978, not 7.9779999999999998), else 0, jansson's 17
+ * digits, which a kernel's own numbers in an output may need. */
+size_t json_real_flags(const json_t *j);
+
 /* json_dumps(j, flags) with a trailing newline, as text files and protocol lines end (jansson adds none).
  * The intermediate text is wiped: it may hold a connection key. Newly allocated; NULL on out of memory. */
 char *json_dump_line(const json_t *j, size_t flags);

@@ -79,6 +79,12 @@ def test_ending(tap):
     c1 = d.context("default")
     tap.ok(c1.get("kernel_id") != c0["kernel_id"], "a new kernel", repr(c1.get("kernel_id")))
     tap.contains(c1.get("last_error") or "", "after a cell's exit()", "last_error says a cell's exit() ended it")
+    # Kept while the new kernel is ready, and dated: set before the new kernel started, it is about the last one.
+    tap.eq(c1.get("state"), "ready", "the new kernel is ready, its last_error kept")
+    at, started = c1.get("last_error_at"), c1.get("started_at")
+    tap.ok(isinstance(at, str) and isinstance(started, str) and at <= started and at >= c0["started_at"],
+           "last_error_at: after the old kernel started, not after the new one (a stale error is dated as such)",
+           f"{c0['started_at']} <= {at} <= {started}")
     r = d.ctl("check", "default", "--expect", c0["kernel_id"])
     tap.eq(r.returncode, 8, "check --expect the old kernel exits 8", r.stdout)
     rc, j = d.ctl_json("exec", "default", "del get_ipython().ask_exit\nquit()")

@@ -485,7 +485,7 @@ def test(tap):
     try:
         d = harness.Daemon(tap, contexts=contexts)
         d.start()
-        # Let the test users reach the socket (it is root's 0660 otherwise).
+        # Let the test users reach the socket: its directories are 0700 (mkdtemp); 0666 is socket_mode's default.
         for p in (d.tmp, d.run_dir):
             os.chmod(p, 0o755)
         os.chmod(d.socket, 0o666)

@@ -65,6 +65,7 @@ def test(tap):
     tap.eq(c.get("restarts"), 0, "restarts is 0")
     tap.eq(c.get("last_exit"), None, "last_exit is null")
     tap.eq(c.get("last_error"), None, "last_error is null")
+    tap.ok("last_error_at" not in c, "no last_error_at without a last_error", repr(c.get("last_error_at")))
     cf = os.path.join(d.run_dir, "connections", "default.json")
     tap.eq(c.get("connection_file"), cf, "connection_file defaults to <runtime_dir>/connections/<name>.json")
 

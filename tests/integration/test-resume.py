@@ -110,6 +110,11 @@ def test_liveness(tap):
                          "live: the log says the kernel missed 3 heartbeats")
             r = check(d, "live", expect=live["kernel_id"], timeout=1)
             tap.eq(r.returncode, 6, "live: check --expect of a stopped kernel, --timeout 1, exits 6", out(r))
+            # A cell to the stopped kernel cannot start: it says the kernel is unresponsive, no other client.
+            r = d.ctl("exec", "--timeout", "1", "live", "pass")
+            tap.ok(r.returncode == 11 and "the kernel is unresponsive (no heartbeat answer for " in r.stderr
+                   and "another client" not in r.stderr,
+                   "live: exec --timeout 1 to the stopped kernel: not started (11), because it is unresponsive", out(r))
             tap.ok(harness.alive(live["pid"]) and harness.proc_stat(live["pid"])[0] == "T",
                    "live: the unresponsive kernel is left alone (still there, stopped)",
                    harness.describe(live["pid"]))

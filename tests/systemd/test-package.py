@@ -284,7 +284,7 @@ def event_refused(tap, c):
     r = c.sh("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user, timeout=30)
     tap.eq(r.returncode, 0, f"useradd {user} in the container", out(r))
     uid = c.sh("id", "-u", user, timeout=10).stdout.strip()
-    c.sh("chmod", "0666", "/run/kernelsup/control.sock", timeout=10)  # root's 0660 otherwise
+    c.sh("chmod", "0666", "/run/kernelsup/control.sock", timeout=10)  # socket_mode's default already; kept explicit
     r = c.sh("setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "/usr/bin/python3", "-c",
              CONNECT_PAST_LIMIT, "/run/kernelsup/control.sock", str(PER_UID), timeout=120)
     try:

@@ -127,6 +127,56 @@ static void test_own_paths(void) {
         config_free(c);
 }
 
+/* The control socket's access: 0666 and no owner by default; a mode beyond the permission bits, a digit that is not
+ * octal, a user or group nobody has are refused with file, line and value. */
+static void test_socket_access(void) {
+        Config *c;
+
+        new_ctx_dir(false);
+        c = load_ok("[context:a]\n", "no socket setting");
+        if (c) {
+                is_int(c->socket_mode, 0666, "socket_mode defaults to 0666");
+                ok(c->socket_uid == (uid_t) -1 && c->socket_gid == (gid_t) -1 && !c->socket_user && !c->socket_group,
+                   "no socket owner or group by default");
+        }
+        config_free(c);
+        new_ctx_dir(false);
+        c = load_ok("[supervisor]\nsocket_mode = 0660\nsocket_user = root\nsocket_group = 0\n[context:a]\n",
+                    "socket_mode, socket_user and socket_group");
+        if (c) {
+                is_int(c->socket_mode, 0660, "socket_mode = 0660 is read in octal");
+                ok(c->socket_uid == 0 && c->socket_gid == 0,
+                   "socket_user = root and socket_group = 0 are uid and gid 0");
+        }
+        config_free(c);
+        new_ctx_dir(false);
+        c = load_ok("[supervisor]\nsocket_mode = 600\n", "socket_mode without the leading 0");
+        if (c)
+                is_int(c->socket_mode, 0600, "socket_mode = 600 is 0600");
+        config_free(c);
+        new_ctx_dir(false);
+        check_error("[supervisor]\nsocket_mode = 0888\n",
+                    "@/main.ini:2: [supervisor] socket_mode = 0888: expected an octal mode such as 0666 (digits 0-7)",
+                    "socket_mode = 0888 is refused");
+        new_ctx_dir(false);
+        check_error("[supervisor]\n\nsocket_mode = 1777\n",
+                    "@/main.ini:3: [supervisor] socket_mode = 1777: only the permission bits (at most 0777): setuid, "
+                    "setgid and sticky mean nothing on a socket",
+                    "socket_mode = 1777 is refused");
+        new_ctx_dir(false);
+        check_error("[supervisor]\nsocket_mode = rw\n",
+                    "@/main.ini:2: [supervisor] socket_mode = rw: expected an octal mode such as 0666 (digits 0-7)",
+                    "socket_mode = rw is refused");
+        new_ctx_dir(false);
+        check_error("[supervisor]\nsocket_user = ks-nosuch-user\n",
+                    "@/main.ini:2: [supervisor] socket_user = ks-nosuch-user: no such user",
+                    "an unknown socket_user is refused");
+        new_ctx_dir(false);
+        check_error("[supervisor]\nsocket_mode = 0660\nsocket_group = ks-nosuch-group\n",
+                    "@/main.ini:3: [supervisor] socket_group = ks-nosuch-group: no such group",
+                    "an unknown socket_group is refused");
+}
+
 /* Five ports per context: a port_range that cannot hold them all is refused, naming the range and the count. */
 static void test_port_capacity(void) {
         Config *c;
@@ -309,6 +359,7 @@ int main(void) {
         test_process_differs();
         test_own_paths();
         test_port_capacity();
+        test_socket_access();
         test_many_contexts();
         test_contexts_dir_symlink();
         test_value_writable();

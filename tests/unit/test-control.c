@@ -27,6 +27,8 @@
 static uv_loop_t loop;
 static int n_cancelled, n_late_answers;
 static char tmpdir[] = "/tmp/test-protocol.XXXXXX";
+/* What kernelsupd gives its socket by default (kernelsup.ini(5) socket_mode), no owner or group set. */
+static const ControlSocketAccess access_default = { .mode = 0666, .uid = (uid_t) -1, .gid = (gid_t) -1 };
 
 typedef struct Later {
         uv_timer_t timer;
@@ -335,7 +337,7 @@ static void test_server_requests(ControlServer *s, const char *path) {
         _cleanup_free_ char *later = NULL, *echo = NULL, *both = NULL;
 
         ok(stat(path, &st) == 0 && S_ISSOCK(st.st_mode), "the socket file exists");
-        is_int(st.st_mode & 07777, 0660, "socket file mode 0660");
+        is_int(st.st_mode & 07777, 0666, "socket file mode 0666, as asked");
 
         is_int(client_connect(path, &c), 0, "client connects");
 
@@ -804,8 +806,8 @@ static void test_server_paths(const char *path) {
         Client c;
         int fd, pipefd[2], dgram;
 
-        is_int(control_server_new(&loop, path, -1, (gid_t) -1, methods, ELEMENTSOF(methods), NULL, &s), -EADDRINUSE,
-               "a second server on a live socket gets -EADDRINUSE");
+        is_int(control_server_new(&loop, path, -1, &access_default, methods, ELEMENTSOF(methods), NULL, &s),
+               -EADDRINUSE, "a second server on a live socket gets -EADDRINUSE");
         ok(s == NULL, "and no server");
         is_int(client_connect(path, &c), 0, "the first server still listens");
         ok(client_echo_works(&c, 60), "and still answers");
@@ -814,16 +816,16 @@ static void test_server_paths(const char *path) {
         fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         ok(fd >= 0, "create a regular file");
         close(fd);
-        is_int(control_server_new(&loop, file, -1, (gid_t) -1, methods, ELEMENTSOF(methods), NULL, &s), -EEXIST,
+        is_int(control_server_new(&loop, file, -1, &access_default, methods, ELEMENTSOF(methods), NULL, &s), -EEXIST,
                "a regular file at the path gets -EEXIST");
         ok(stat(file, &st) == 0 && S_ISREG(st.st_mode), "and the file is left alone");
 
         memset(longpath, 'l', sizeof longpath - 1);
         longpath[0] = '/';
         longpath[sizeof longpath - 1] = '\0';
-        is_int(control_server_new(&loop, longpath, -1, (gid_t) -1, methods, ELEMENTSOF(methods), NULL, &s),
+        is_int(control_server_new(&loop, longpath, -1, &access_default, methods, ELEMENTSOF(methods), NULL, &s),
                -ENAMETOOLONG, "a path longer than sun_path gets -ENAMETOOLONG");
-        is_int(control_server_new(&loop, NULL, -1, (gid_t) -1, methods, ELEMENTSOF(methods), NULL, &s), -EINVAL,
+        is_int(control_server_new(&loop, NULL, -1, &access_default, methods, ELEMENTSOF(methods), NULL, &s), -EINVAL,
                "neither path nor fd gets -EINVAL");
 
         /* A stale socket: bound, never listened on, closed. */
@@ -831,10 +833,12 @@ static void test_server_paths(const char *path) {
         strncpy(sa.sun_path, stale, sizeof sa.sun_path - 1);
         ok(bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0, "bind a socket that nobody listens on");
         close(fd);
-        is_int(control_server_new(&loop, stale, -1, getgid(), methods, ELEMENTSOF(methods), (void *) "ud", &s), 0,
-               "a stale socket file is replaced");
-        ok(stat(stale, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 07777) == 0660 && st.st_gid == getgid(),
-           "the new socket has mode 0660 and the group");
+        is_int(control_server_new(&loop, stale, -1,
+                                  &(ControlSocketAccess){ .mode = 0640, .uid = (uid_t) -1, .gid = getgid() }, methods,
+                                  ELEMENTSOF(methods), (void *) "ud", &s),
+               0, "a stale socket file is replaced");
+        ok(stat(stale, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 07777) == 0640 && st.st_gid == getgid(),
+           "the new socket has the mode and the group asked for (0640)");
         is_int(client_connect(stale, &c), 0, "connect to the replacement");
         ok(client_echo_works(&c, 61), "the replacement answers");
         client_done(&c);
@@ -845,8 +849,8 @@ static void test_server_paths(const char *path) {
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         strncpy(sa.sun_path, passed, sizeof sa.sun_path - 1);
         ok(bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0 && listen(fd, 16) == 0, "a listening socket to pass");
-        is_int(control_server_new(&loop, NULL, fd, (gid_t) -1, methods, ELEMENTSOF(methods), (void *) "ud", &s), 0,
-               "a passed listening fd is served");
+        is_int(control_server_new(&loop, NULL, fd, &access_default, methods, ELEMENTSOF(methods), (void *) "ud", &s),
+               0, "a passed listening fd is served");
         is_int(client_connect(passed, &c), 0, "connect to the passed socket");
         ok(client_echo_works(&c, 62), "the passed socket answers");
         client_done(&c);
@@ -858,13 +862,13 @@ static void test_server_paths(const char *path) {
         unlink(passed);
 
         ok(pipe2(pipefd, O_CLOEXEC) == 0, "a pipe");
-        is_int(control_server_new(&loop, NULL, pipefd[0], (gid_t) -1, methods, ELEMENTSOF(methods), NULL, &s),
+        is_int(control_server_new(&loop, NULL, pipefd[0], &access_default, methods, ELEMENTSOF(methods), NULL, &s),
                -ENOTSOCK, "a passed fd that is no socket gets -ENOTSOCK");
         close(pipefd[0]);
         close(pipefd[1]);
         dgram = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        is_int(control_server_new(&loop, NULL, dgram, (gid_t) -1, methods, ELEMENTSOF(methods), NULL, &s), -EPROTOTYPE,
-               "a passed datagram socket gets -EPROTOTYPE");
+        is_int(control_server_new(&loop, NULL, dgram, &access_default, methods, ELEMENTSOF(methods), NULL, &s),
+               -EPROTOTYPE, "a passed datagram socket gets -EPROTOTYPE");
         close(dgram);
         unlink(file);
 }
@@ -899,8 +903,8 @@ static void test_server(void) {
         }
         path = path_in_tmp("control.sock");
         is_int(uv_loop_init(&loop), 0, "uv_loop_init");
-        is_int(control_server_new(&loop, path, -1, (gid_t) -1, methods, ELEMENTSOF(methods), (void *) "ud", &s), 0,
-               "control_server_new binds a fresh path");
+        is_int(control_server_new(&loop, path, -1, &access_default, methods, ELEMENTSOF(methods), (void *) "ud", &s),
+               0, "control_server_new binds a fresh path");
 
         test_server_requests(s, path);
         test_server_line_limit(path);

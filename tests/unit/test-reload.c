@@ -305,6 +305,27 @@ static void test_not_applied(void) {
         config_free(new);
 }
 
+/* Who may connect to the socket is set when it is bound: a change needs a restart too, and says the new value. */
+static void test_socket_access_not_applied(void) {
+        Config *old, *new;
+        ReloadPlan p;
+
+        plan("[supervisor]\nsocket_user = root\n" DEFAULTS "[context:a]\n",
+             "[supervisor]\nsocket_mode = 0600\nsocket_group = root\n" DEFAULTS "[context:a]\n", NULL, &old, &new, &p);
+        is_int(strv_length(p.not_applied), 3, "socket access changed: three sentences");
+        is_str(p.not_applied ? p.not_applied[0] : NULL,
+               "[supervisor] socket_mode changed to 0600: restart kernelsupd to apply it", "not applied: socket_mode");
+        is_str(p.not_applied && p.not_applied[0] ? p.not_applied[1] : NULL,
+               "[supervisor] socket_user changed to (unset): restart kernelsupd to apply it",
+               "not applied: socket_user no longer set");
+        is_str(p.not_applied && p.not_applied[0] && p.not_applied[1] ? p.not_applied[2] : NULL,
+               "[supervisor] socket_group changed to root: restart kernelsupd to apply it",
+               "not applied: socket_group");
+        reload_plan_done(&p);
+        config_free(old);
+        config_free(new);
+}
+
 static void test_kind_names(void) {
         static const char *const names[] = { "keep", "add", "remove", "restart", "update" };
 
@@ -330,6 +351,7 @@ int main(void) {
         test_order();
         test_empty();
         test_not_applied();
+        test_socket_access_not_applied();
         test_kind_names();
         /* Loading reads and creates nothing but main.ini. */
         (void) unlink(main_path);

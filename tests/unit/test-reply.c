@@ -19,10 +19,10 @@
 /* status's result */
 static const char STATUS[] =
         "{\"supervisor\":{\"pid\":22068,\"version\":\"0.1.0\",\"generation\":1,\"boot_id\":\"718ac4a5-691e-418"
-        "e-ac9e-91e9780044b7\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"uptime\":0.450323,\"resumes\""
+        "e-ac9e-91e9780044b7\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"uptime\":0.450,\"resumes\""
         ":0,\"last_resume_at\":null,\"degraded\":null},\"contexts\":[{\"name\":\"a\",\"state\":\"ready\",\"pid\":"
         "22094,\"kernel_id\":\"c2364016-3155-47ed-8348-418e9760036e\",\"incarnation\":1,\"restarts\":0,\"s"
-        "tarted_at\":\"2026-12-01T03:17:51.325Z\",\"uptime\":0.280404,\"connection_file\":\"/tmp/ks/run/c"
+        "tarted_at\":\"2026-12-01T03:17:51.325Z\",\"uptime\":0.280,\"connection_file\":\"/tmp/ks/run/c"
         "onnections/a.json\",\"last_exit\":null,\"last_error\":null,\"execution_count\":null,\"last_activ"
         "ity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"ta"
         "sks_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unifie"
@@ -43,10 +43,10 @@ static const char STATUS[] =
 /* check's result */
 static const char CHECK[] =
         "{\"supervisor\":{\"pid\":22068,\"version\":\"0.1.0\",\"generation\":1,\"boot_id\":\"718ac4a5-691e-418"
-        "e-ac9e-91e9780044b7\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"uptime\":0.454178,\"resumes\""
+        "e-ac9e-91e9780044b7\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"uptime\":0.454,\"resumes\""
         ":0,\"last_resume_at\":null,\"degraded\":null},\"context\":{\"name\":\"a\",\"state\":\"ready\",\"pid\":22"
         "094,\"kernel_id\":\"c2364016-3155-47ed-8348-418e9760036e\",\"incarnation\":1,\"restarts\":0,\"sta"
-        "rted_at\":\"2026-12-01T03:17:51.325Z\",\"uptime\":0.284262,\"connection_file\":\"/tmp/ks/run/con"
+        "rted_at\":\"2026-12-01T03:17:51.325Z\",\"uptime\":0.284,\"connection_file\":\"/tmp/ks/run/con"
         "nections/a.json\",\"last_exit\":null,\"last_error\":null,\"execution_count\":null,\"last_activit"
         "y\":null,\"queued\":0,\"limits\":{\"mechanism\":\"none\",\"memory_max\":null,\"cpu_quota\":null,\"task"
         "s_max\":null,\"enforced\":[],\"not_enforced\":[],\"note\":null,\"group\":\"/sys/fs/cgroup/unified/"
@@ -57,7 +57,7 @@ static const char CHECK[] =
 /* the data of wait's error "not every context was ready within the timeout" */
 static const char WAIT_TIMEOUT[] =
         "{\"supervisor\":{\"pid\":22068,\"version\":\"0.1.0\",\"generation\":1,\"boot_id\":\"718ac4a5-691e-418"
-        "e-ac9e-91e9780044b7\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"uptime\":0.658512,\"resumes\""
+        "e-ac9e-91e9780044b7\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"uptime\":0.659,\"resumes\""
         ":0,\"last_resume_at\":null,\"degraded\":null},\"contexts\":[{\"name\":\"b\",\"state\":\"stopped\",\"pid"
         "\":null,\"kernel_id\":null,\"incarnation\":0,\"restarts\":0,\"started_at\":null,\"uptime\":null,\"co"
         "nnection_file\":\"/tmp/ks/run/connections/b.json\",\"last_exit\":null,\"last_error\":null,\"exec"
@@ -83,7 +83,7 @@ static const char CHECK_TIMEOUT[] =
 /* start's result */
 static const char START[] =
         "{\"name\":\"b\",\"state\":\"ready\",\"pid\":22189,\"kernel_id\":\"62d55e11-2173-4423-ba0e-e8a75f67bbd"
-        "9\",\"incarnation\":1,\"restarts\":0,\"started_at\":\"2026-12-01T03:17:52.030Z\",\"uptime\":0.28049"
+        "9\",\"incarnation\":1,\"restarts\":0,\"started_at\":\"2026-12-01T03:17:52.030Z\",\"uptime\":0.280"
         ",\"connection_file\":\"/tmp/ks/run/connections/b.json\",\"last_exit\":null,\"last_error\":null,\""
         "execution_count\":null,\"last_activity\":null,\"queued\":0,\"limits\":{\"mechanism\":\"cgroup\",\"me"
         "mory_max\":104857600,\"cpu_quota\":\"50%\",\"tasks_max\":null,\"enforced\":[\"memory_max\",\"cpu_quo"
@@ -153,12 +153,13 @@ static json_t *load(const char *text) {
 }
 
 static char *dump(const json_t *j) {
-        return j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+        return j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | json_real_flags(j)) : NULL;
 }
 
 /* ---- What the daemon sends: decode, values, and encode back to the same bytes ---- */
 
-/* The fixture's JSON as jansson writes it (reals with 17 digits, as the daemon sends them). */
+/* The fixture's JSON as jansson writes it, reals as short as they read back (json_real_flags, as the daemon
+ * sends them). */
 static char *redump(const char *text) {
         json_auto_t *j = load(text);
 
@@ -186,12 +187,12 @@ static void test_daemon_fixtures(void) {
                 const ReplyContext *a = &v.contexts[0], *b = &v.contexts[1];
                 ok(s->pid == 22068 && streq(s->version, "0.1.0") && s->generation == 1 &&
                            streq(s->boot_id, "718ac4a5-691e-418e-ac9e-91e9780044b7") && s->started_at == T_STARTED &&
-                           s->uptime == 0.450323 && s->resumes == 0 && s->last_resume_at == 0 && !s->degraded,
+                           s->uptime == 0.450 && s->resumes == 0 && s->last_resume_at == 0 && !s->degraded,
                    "status: the supervisor's values");
                 is_int(v.n_contexts, 2, "status: two contexts");
                 ok(streq(a->name, "a") && streq(a->state, "ready") && a->pid == 22094 &&
                            streq(a->kernel_id, "c2364016-3155-47ed-8348-418e9760036e") && a->incarnation == 1 &&
-                           a->restarts == 0 && a->started_at == T_CTX_STARTED && a->uptime == 0.280404 &&
+                           a->restarts == 0 && a->started_at == T_CTX_STARTED && a->uptime == 0.280 &&
                            streq(a->connection_file, "/tmp/ks/run/connections/a.json") && !a->last_exit.valid &&
                            !a->last_error && a->execution_count == -1 && a->last_activity == 0 && a->queued == 0 &&
                            streq(a->transport, "ipc") && !a->transport_note,
@@ -209,7 +210,7 @@ static void test_daemon_fixtures(void) {
                    "status: a stopped context on tcp with limits nothing enforces: nulls are none");
         });
         FIXTURE(check, ReplyCheck, CHECK, "check", {
-                ok(v.supervisor.uptime == 0.454178 && streq(v.context.name, "a") && v.context.pid == 22094,
+                ok(v.supervisor.uptime == 0.454 && streq(v.context.name, "a") && v.context.pid == 22094,
                    "check: the supervisor and the context");
         });
         FIXTURE(status, ReplyStatus, WAIT_TIMEOUT, "wait's timeout",
@@ -219,7 +220,7 @@ static void test_daemon_fixtures(void) {
         });
         FIXTURE(context, ReplyContext, START, "start", {
                 ok(v.limits.enforced == (REPLY_LIMIT_MEMORY | REPLY_LIMIT_CPU) && v.limits.not_enforced == 0 &&
-                           streq(v.limits.mechanism, "cgroup") && v.uptime == 0.28049,
+                           streq(v.limits.mechanism, "cgroup") && v.uptime == 0.280,
                    "start: limits enforced by the cgroup");
         });
         FIXTURE(context, ReplyContext, STOP, "stop", {
@@ -810,8 +811,29 @@ static void test_timestamps(void) {
         ok(parse_timestamp("2026-12-01T24:00:00.000Z", &t) == -EINVAL, "hour 24");
 }
 
+/* An uptime is sent to the millisecond, and written as short as it reads back: 7.978, not 7.9779999999999998. A
+ * kernel's own number that needs 17 digits keeps them. */
+static void test_uptime_ms(void) {
+        json_auto_t *in = load(STATUS), *out = NULL, *user = json_pack("{s:f}", "x", 0.1 + 0.2);
+        _cleanup_free_ char *text = NULL, *user_text = NULL;
+        ReplyProblem p = {};
+        ReplyStatus v = {};
+
+        is_int(reply_status_decode(in, &v, &p), 0, "uptime: the fixture decodes");
+        v.supervisor.uptime = 7.9778529999999996;
+        v.contexts[0].uptime = 123456.7894;
+        is_int(reply_status_encode(&v, &out), 0, "uptime: encodes");
+        text = dump(out);
+        ok(text && strstr(text, "\"uptime\":7.978,") && strstr(text, "\"uptime\":123456.789,"),
+           "uptime: rounded to the millisecond, written with at most 3 decimals");
+        reply_status_done(&v);
+        user_text = dump(user);
+        is_str(user_text, "{\"x\":0.30000000000000004}", "a real that needs 17 digits keeps them");
+}
+
 int main(void) {
         test_daemon_fixtures();
+        test_uptime_ms();
         test_round_trips();
         test_replay_members();
         test_encode_refuses();

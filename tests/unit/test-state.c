@@ -34,6 +34,7 @@ static void full_state(ContextState *s) {
         };
         memcpy(s->conn.key, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", KEY_HEX_LEN + 1);
         s->last_error = strdup("kernel did not answer kernel_info within 30s");
+        s->last_error_at = 1764410000654321ULL;
 }
 
 static bool exit_equal(const ExitInfo *a, const ExitInfo *b) {
@@ -52,7 +53,7 @@ static bool state_equal(const ContextState *a, const ContextState *b) {
         return a->incarnation == b->incarnation && a->restarts == b->restarts && streq(a->kernel_id, b->kernel_id) &&
                a->pid == b->pid && a->pid_starttime == b->pid_starttime && streq(a->boot_id, b->boot_id) &&
                a->started_at == b->started_at && a->preloaded == b->preloaded &&
-               exit_equal(&a->last_exit, &b->last_exit);
+               a->last_error_at == b->last_error_at && exit_equal(&a->last_exit, &b->last_exit);
 }
 
 static void test_roundtrip(void) {
@@ -77,6 +78,11 @@ static void test_roundtrip(void) {
         ok(state_equal(&s, &back), "full state round-trips");
         ok(back.has_conn, "has_conn after round trip");
         is_str(back.conn.ip, "", "ip is not persisted");
+        /* A daemon before last_error_at wrote none: the error loads, its time unknown. */
+        json_object_del(j, "last_error_at");
+        context_state_done(&back);
+        is_int(context_state_from_json(j, &back), 0, "from_json without last_error_at (an older daemon's file)");
+        ok(back.last_error && back.last_error_at == 0, "without last_error_at: the error is kept, its time is 0");
 
         /* An exit by code instead of signal. */
         s.last_exit = (ExitInfo){ .valid = true, .code = 3, .at = 5 };
@@ -185,6 +191,8 @@ static const Mutation mutations[] = {
         { "last_error missing", "last_error", NULL },
         { "last_error a number", "last_error", "5" },
         { "last_error with a NUL", "last_error", "\"a\\u0000b\"" },
+        { "last_error_at a string", "last_error_at", "\"now\"" },
+        { "last_error_at -5", "last_error_at", "-5" },
 };
 
 static void test_corruptions(void) {
