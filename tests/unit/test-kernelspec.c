@@ -353,6 +353,67 @@ static void test_list(void) {
         free(list);
 }
 
+/* kernelspec_list over dir "lim" (specs a0..a4, of about 170 bytes each in a reply) with limits: how many came
+ * back and what *ret_cut said. */
+static size_t list_limited(const KernelspecLimits *limits, char **ret_cut) {
+        _cleanup_strv_free_ char **dirs = dirs_of("lim");
+        Kernelspec **list = NULL;
+        size_t n = 0;
+
+        for (size_t i = 1; dirs[i]; i++) { /* only "lim": the system directories hold what this machine has */
+                free(dirs[i]);
+                dirs[i] = NULL;
+        }
+        if (kernelspec_list(dirs, USER(geteuid()), limits, &list, &n, ret_cut) < 0)
+                abort();
+        for (size_t i = 0; i < n; i++)
+                kernelspec_free(list[i]);
+        free(list);
+        return n;
+}
+
+static void test_limits(void) {
+        char *cut = NULL;
+        size_t one;
+
+        for (int i = 0; i < 5; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "a%d", i);
+                spec("lim", name, "{\"argv\": [\"/bin/a\", \"{connection_file}\"], \"display_name\": \"A\"}");
+        }
+        is_int(list_limited(&(KernelspecLimits){ 5, 100, 1 << 20 }, &cut), 5, "limits not reached: all 5 listed");
+        ok(!cut, "... and no cut");
+        is_int(list_limited(&(KernelspecLimits){ 3, 100, 1 << 20 }, &cut), 3, "max_specs 3: 3 listed");
+        is_str(cut, "more than 3 kernelspecs", "... the cut says so");
+        free(cut);
+        /* ".", ".." and a0..a4: 7 entries; 4 looked at give at most 4 specs, and the cut. */
+        ok(list_limited(&(KernelspecLimits){ 5, 4, 1 << 20 }, &cut) <= 4, "max_entries 4: at most 4 listed");
+        is_str(cut, "more than 4 directory entries", "... the cut says so");
+        free(cut);
+        {
+                Kernelspec k = { .name = "a0", .path = "p", .argv = (char *[]){ "a\"\n\x01", NULL } };
+                one = kernelspec_reply_size(&k);
+                is_int(one, 128 + 4 + 3 + 2 + 2 + (2 + 1 + 2 + 2 + 6) + 1, "reply size: escapes counted");
+        }
+        {
+                _cleanup_strv_free_ char **dirs = dirs_of("lim");
+                _cleanup_free_ char *want = NULL;
+                Kernelspec *k = NULL;
+                size_t size;
+
+                if (kernelspec_find(dirs, "a0", USER(geteuid()), NULL, &k, NULL, NULL) < 0)
+                        abort();
+                size = kernelspec_reply_size(k); /* the same for each of a0..a4 */
+                kernelspec_free(k);
+                is_int(list_limited(&(KernelspecLimits){ 5, 100, 2 * size + size / 2 }, &cut), 2,
+                       "max_bytes of 2.5 specs: 2 listed");
+                if (asprintf(&want, "more than %zu bytes of kernelspecs", 2 * size + size / 2) < 0)
+                        abort();
+                is_str(cut, want, "... the cut says so");
+                free(cut);
+        }
+}
+
 /* ---- kernel = NAME in the configuration ---- */
 
 static int load(const char *ini, Config **ret, char **ret_error) {
@@ -515,6 +576,7 @@ int main(void) {
         test_find();
         test_hostile();
         test_list();
+        test_limits();
         test_config();
         test_quirks();
         nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
