@@ -731,36 +731,22 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
         control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
 }
 
-/* params[key]: an integer in [min, max], def when absent; else answered with an error and -EINVAL. */
-static int request_uint(ControlRequest *req, json_t *params, const char *key, long long min, long long max,
-                        long long def, long long *ret) {
-        json_t *v = json_object_get(params, key);
-
-        if (!v) {
-                *ret = def;
-                return 0;
-        }
-        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.%s must be an integer from %lld to %lld",
-                                      key, min, max);
-                return -EINVAL;
-        }
-        *ret = json_integer_value(v);
-        return 0;
-}
-
 /* history: a page of the context's cell journal (restore = replay). */
 static void method_history(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
         Context *c = request_context(h, req, params);
-        long long offset, limit;
+        _cleanup_free_ char *why = NULL;
+        size_t offset, limit;
         json_t *j = NULL;
         int r;
 
-        if (!c || request_uint(req, params, "offset", 0, INT64_MAX, 0, &offset) < 0 ||
-            request_uint(req, params, "limit", 1, HISTORY_LIMIT_MAX, HISTORY_LIMIT_DEFAULT, &limit) < 0)
+        if (!c)
                 return;
-        r = context_history(c, (size_t) offset, (size_t) limit, &j);
+        r = protocol_history_params(params, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, &offset, &limit, &why);
+        if (r < 0)
+                return control_request_error(req, r == -ENOMEM ? RPC_INTERNAL_ERROR : RPC_INVALID_PARAMS, NULL, "%s",
+                                             why ?: "out of memory");
+        r = context_history(c, offset, limit, &j);
         if (r == -ENODATA)
                 return control_request_error(req, KS_ERR_FAILED, NULL,
                                              "context %s keeps no cell journal (restore = none)", context_name(c));

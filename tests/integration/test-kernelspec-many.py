@@ -1,7 +1,8 @@
 """`kernelctl kernels` for a user with 20,500 kernelspec directories (the red team's K8): the listing runs off the
 loop with the user's rights and stops at 20,000 directory entries, saying so in its reply; root's `status` answers
 while the listings run; the daemon's peak memory stays within what kernelctl(1) states a listing may hold
-(KERNELSPEC_LISTING_MIB per listing at once), over the peak it had before."""
+(KERNELSPEC_LISTING_MIB per listing at once), over the peak it had before; that point is measured in the normal
+build only (under ASan the sanitizer's own memory dominates), the rest runs in every build: it takes about 15 s."""
 
 import json
 import os
@@ -90,8 +91,12 @@ def test(tap):
         hwm = harness.proc_status_kib(pid, "VmHWM") * 1024
         bound = before + LISTINGS * KERNELSPEC_LISTING_MIB * MIB
         tap.diag(f"VmHWM {before // 1024} KiB before the listings, {hwm // 1024} KiB after; bound {bound // 1024} KiB")
-        tap.ok(hwm <= bound, f"the daemon's peak grows by at most {KERNELSPEC_LISTING_MIB} MiB per listing "
-               "(kernelctl(1))", f"VmHWM {hwm // MIB} MiB, before {before // MIB} MiB")
+        name = f"the daemon's peak grows by at most {KERNELSPEC_LISTING_MIB} MiB per listing (kernelctl(1))"
+        other = harness.not_normal_build()
+        if other:  # ASan's quarantine and shadow memory hold far more than the daemon does
+            tap.skip(name, f"the memory bound is measured in the normal build only: {other}")
+        else:
+            tap.ok(hwm <= bound, name, f"VmHWM {hwm // MIB} MiB, before {before // MIB} MiB")
         os.chmod(d.socket, 0o660)
         d.stop()
     finally:
