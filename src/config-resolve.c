@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "config-private.h"
+#include "kernelspec.h"
 #include "quirks.h"
 
 /* The value a context ends with for key i comes from the most specific section that set it. */
@@ -212,14 +213,32 @@ static int context_use_kernelspec(ContextConfig *cc, Kernelspec *k) {
         return 0;
 }
 
-/* Where the kernel of cc looks for kernelspecs, and as whom: its user's home and uid (the daemon's own without
- * user =; a user that does not exist yet has no home to look in, and only root's files are trusted for it). */
-static int context_kernelspec_dirs(const ContextConfig *cc, uid_t *ret_uid, char ***ret) {
+/* Where the kernel of cc looks for kernelspecs, and as whom: its user's home, rights and uid (the daemon's own
+ * without user =; a user that does not exist yet has no home to look in, and only root's places count for it). */
+static int context_kernelspec_dirs(const ContextConfig *cc, KernelspecUser *ret_user, char ***ret) {
         const char *jupyter_path = env_get(cc->env, "JUPYTER_PATH") ?: getenv("JUPYTER_PATH");
-        struct passwd *pw = cc->user ? getpwnam(cc->user) : getpwuid(geteuid());
+        _cleanup_free_ char *home = NULL;
+        int r;
 
-        *ret_uid = pw ? pw->pw_uid : 0;
-        return kernelspec_dirs(jupyter_path, pw ? pw->pw_dir : NULL, ret);
+        r = kernelspec_user_lookup(cc->user, geteuid(), ret_user, &home);
+        if (r < 0 && r != -ESRCH)
+                return r;
+        return kernelspec_dirs(jupyter_path, home, ret);
+}
+
+/* Keeps a spec failure the context's user could have caused as the context's own (config.h: kernel_error), so
+ * that no user's file can get the configuration refused. */
+static int parser_keep_kernel_error(Parser *p, const Section *from, ContextConfig *cc, const char *reason) {
+        char label[96], shown[VALUE_SHOWN_MAX + 4];
+
+        (void) p;
+        if (asprintf(&cc->kernel_error, "%s:%u: [%s] kernel = %s: %s", from->cc.source.file,
+                     from->keys[KEY_KERNEL].line, section_label(from, label, sizeof label),
+                     value_shorten(from->keys[KEY_KERNEL].raw, shown), reason) < 0) {
+                cc->kernel_error = NULL;
+                return -ENOMEM;
+        }
+        return 0;
 }
 
 /* Resolves cc's kernel (set in section from, or NULL): the spec's argv, env, language and interrupt_mode. */
@@ -227,37 +246,29 @@ static int parser_resolve_kernel(Parser *p, const Section *s, ContextConfig *cc)
         const Section *from = parser_setter(p, s, KEY_KERNEL);
         _cleanup_(kernelspec_freep) Kernelspec *k = NULL;
         _cleanup_strv_free_ char **dirs = NULL;
-        _cleanup_free_ char *reason = NULL, *list = NULL;
-        uid_t uid;
+        _cleanup_free_ char *reason = NULL;
+        KernelspecUser u = { 0 };
+        bool users = false;
         int r;
 
         if (!from)
                 return cc->argv ? 0 : context_use_native_kernel(cc) < 0 ? parser_oom(p) : 0;
-        r = context_kernelspec_dirs(cc, &uid, &dirs);
+        r = context_kernelspec_dirs(cc, &u, &dirs);
         if (r >= 0)
-                r = kernelspec_find(dirs, cc->kernel, uid, env_get(cc->env, "PATH"), &k, &reason);
+                r = kernelspec_find(dirs, cc->kernel, &u, env_get(cc->env, "PATH"), &k, &reason, &users);
+        kernelspec_user_done(&u);
         if (r == -ENOENT && streq(cc->kernel, NATIVE_KERNEL))
                 r = context_use_native_kernel(cc);
         else if (r >= 0)
                 r = context_use_kernelspec(cc, k);
+        else if (users && reason)
+                r = parser_keep_kernel_error(p, from, cc, reason);
         if (r == -ENOMEM)
                 return parser_oom(p);
         if (r >= 0)
                 return 0;
-        if (!reason) {
-                for (size_t i = 0; dirs && dirs[i]; i++) {
-                        char *l = NULL;
-
-                        if (asprintf(&l, "%s%s%s", list ?: "", list ? ", " : "", dirs[i]) < 0)
-                                return parser_oom(p);
-                        free(list);
-                        list = l;
-                }
-                if (asprintf(&reason, "no kernelspec of that name in %s", list ?: "(no directory)") < 0)
-                        return parser_oom(p);
-        }
         return parser_fail_key(p, from->cc.source.file, from->keys[KEY_KERNEL].line, from, "kernel",
-                               from->keys[KEY_KERNEL].raw, reason);
+                               from->keys[KEY_KERNEL].raw, reason ?: strerror(-r));
 }
 
 /* Builds the effective settings of the context section s into *ret (which the caller frees, also on failure). */

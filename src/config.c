@@ -150,6 +150,7 @@ static void context_config_done(ContextConfig *cc) {
         strv_free(cc->argv);
         free(cc->kernel);
         free(cc->kernel_path);
+        free(cc->kernel_error);
         free(cc->language);
         free(cc->connection_file);
         free(cc->user);
@@ -689,6 +690,9 @@ static bool env_equal(char *const *a, char *const *b) {
 const char *context_config_process_change(const ContextConfig *a, const ContextConfig *b) {
         if (!strv_equal(a->argv, b->argv))
                 return "argv";
+        /* A kernelspec that became usable, or stopped being so: the kernel starts again, or fails. */
+        if (!streq_ptr(a->kernel_error, b->kernel_error))
+                return "kernel";
         if (!streq_ptr(a->user, b->user))
                 return "user";
         if (!streq_ptr(a->group, b->group))
@@ -741,9 +745,10 @@ ContextConfig *context_config_dup(const ContextConfig *cc) {
         *d = *cc;
         d->name = d->source.file = d->connection_file = d->user = d->group = d->cwd = NULL;
         d->argv = d->env = NULL;
-        d->kernel = d->kernel_path = d->language = NULL;
+        d->kernel = d->kernel_path = d->language = d->kernel_error = NULL;
         if ((cc->kernel && !(d->kernel = strdup(cc->kernel))) ||
             (cc->kernel_path && !(d->kernel_path = strdup(cc->kernel_path))) ||
+            (cc->kernel_error && !(d->kernel_error = strdup(cc->kernel_error))) ||
             (cc->language && !(d->language = strdup(cc->language))))
                 return context_config_free(d);
         if (!(d->name = strdup(cc->name)) || (cc->source.file && !(d->source.file = strdup(cc->source.file))) ||

@@ -57,7 +57,12 @@ typedef struct ContextConfig {
          * is set: NULL when argv alone was given. argv set beside it overrides the spec's. */
         char *kernel;
         char *kernel_path; /* the kernel.json it came from; NULL: the built-in python3, or no kernel */
-        char *language;    /* the spec's; NULL: unknown */
+        /* Why the kernelspec of a context run as a user other than root could not be used, when it lies where
+         * that user can write (or is missing there): "FILE:LINE: [context:a] kernel = mine: ...". The context
+         * is loaded all the same, and each start of it fails with this (argv then NULL); the rest of the
+         * configuration is not affected. NULL: the spec was used. */
+        char *kernel_error;
+        char *language; /* the spec's; NULL: unknown */
         InterruptMode interrupt_mode;
         RestartPolicy restart;
         char *connection_file;          /* absolute, normalized; default <runtime_dir>/connections/<name>.json */

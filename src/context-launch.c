@@ -398,6 +398,9 @@ void context_launch(Context *c) {
         free(c->pending_error);
         c->pending_error = NULL;
 
+        /* Its kernelspec was refused where its user can write (config.h): it fails alone, with the reason. */
+        if (c->cfg->kernel_error)
+                return context_launch_refused(c, c->cfg->kernel_error);
         if (!c->user_resolved) {
                 r = spawn_user_resolve(c->cfg->user, c->cfg->group, &c->user, &err);
                 if (r < 0)

@@ -190,6 +190,9 @@ void context_send_kernel_info(Context *c);
 void context_info_timer_cb(uv_timer_t *t);
 void context_pid_poll_cb(uv_poll_t *p, int status, int events);
 void context_launch_failed(Context *c, const char *msg);
+/* A launch that cannot succeed before the configuration is read again (a refused kernelspec): failed at once with
+ * msg as last_error, no retry. */
+void context_launch_refused(Context *c, const char *msg);
 
 /* context-heartbeat.c */
 /* Starts the pings every heartbeat_interval, no ping outstanding and none missed. */

@@ -595,42 +595,13 @@ static usec_t history_time(usec_t at) {
         return at < 253402300799ULL * USEC_PER_SEC ? at : 0;
 }
 
-static void history_cells_free(ReplyCell *cells, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                free((char *) cells[i].client);
-                free((char *) cells[i].code);
-        }
-        free(cells);
-}
-
-/* Reads cell i into *ret, its code cut to room bytes (at least 1 KiB, so that every page holds a cell). */
-static int history_cell(Context *c, size_t i, size_t room, ReplyCell *ret) {
-        _cleanup_(journal_entry_done) JournalEntry e = {};
-        int r;
-
-        r = journal_read(c->journal, i, &e);
-        if (r < 0)
-                return r;
-        if (room < 1024)
-                room = 1024;
-        *ret = (ReplyCell){
-                .index = (long long) i + 1,
-                .at = history_time(e.at),
-                .outcome = cell_outcome_to_string(e.outcome),
-                .truncated = e.code_len > room,
-        };
-        if (e.code_len > room)
-                e.code[room] = '\0';
-        ret->client = TAKE_PTR(e.client);
-        ret->code = TAKE_PTR(e.code);
-        return 0;
-}
-
 int context_history(Context *c, size_t offset, size_t limit, json_t **ret) {
+        _cleanup_free_ ReplyCell *cells = NULL;
+        JournalPageCell *page = NULL;
         ReplyContext rc = {};
         ReplyHistory h = { .context = c->name, .next = -1 };
-        size_t n, bytes = 0;
-        int r = 0;
+        size_t n = 0;
+        int r;
 
         if (c->cfg->restore != RESTORE_REPLAY)
                 return -ENODATA;
@@ -638,22 +609,28 @@ int context_history(Context *c, size_t offset, size_t limit, json_t **ret) {
         h.total = rc.journal.cells;
         h.complete = rc.journal.complete;
         h.note = rc.journal.note;
-        n = c->journal && offset < c->journal->n ? c->journal->n - offset : 0;
-        if (n > limit)
-                n = limit;
-        h.cells = calloc(n ? n : 1, sizeof *h.cells);
-        if (!h.cells)
-                return -ENOMEM;
-        while (h.n_cells < n && bytes < HISTORY_PAGE_BYTES) {
-                r = history_cell(c, offset + h.n_cells, HISTORY_PAGE_BYTES - bytes, &h.cells[h.n_cells]);
+        if (c->journal) {
+                r = journal_page(c->journal, offset, limit, HISTORY_PAGE_BYTES, &page, &n, &h.next);
                 if (r < 0)
-                        break;
-                bytes += strlen(h.cells[h.n_cells++].code);
+                        return r;
         }
-        if (r >= 0 && c->journal && offset + h.n_cells < c->journal->n)
-                h.next = (long long) (offset + h.n_cells);
-        if (r >= 0)
-                r = reply_history_encode(&h, ret);
-        history_cells_free(h.cells, h.n_cells);
+        cells = calloc(n ? n : 1, sizeof *cells);
+        if (!cells) {
+                journal_page_free(page, n);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+                cells[i] = (ReplyCell){
+                        .index = (long long) page[i].index + 1,
+                        .at = history_time(page[i].e.at),
+                        .outcome = cell_outcome_to_string(page[i].e.outcome),
+                        .truncated = page[i].truncated,
+                        .client = page[i].e.client,
+                        .code = page[i].e.code,
+                };
+        h.cells = cells;
+        h.n_cells = n;
+        r = reply_history_encode(&h, ret);
+        journal_page_free(page, n);
         return r;
 }

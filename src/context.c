@@ -898,6 +898,17 @@ void context_launch_failed(Context *c, const char *msg) {
         context_schedule_restart(c, true);
 }
 
+void context_launch_refused(Context *c, const char *msg) {
+        log_error("%s: %s", c->name, msg);
+        context_set_error(c, msg);
+        c->st.last_exit = (ExitInfo){ 0 };
+        context_save(c);
+        /* Nothing changes until the configuration is read again: no retry, failed at once. */
+        uv_timer_stop(&c->timer);
+        context_set_state(c, CONTEXT_STARTING);
+        context_set_state(c, CONTEXT_FAILED);
+}
+
 /* ---- Stop ---- */
 
 /* How long the current stop phase lasts. After shutdown_request, SIGTERM follows within shutdown_grace: the

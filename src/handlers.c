@@ -393,46 +393,113 @@ static void method_metrics(ControlRequest *req, json_t *params, void *userdata) 
         control_request_reply(req, j);
 }
 
-/* The kernelspecs a context of the peer's could name with kernel = (kernelspec.h): those in the daemon's
- * JUPYTER_PATH, the peer's home and the system directories that the peer or root owns, sorted by name. */
-static void method_kernels(ControlRequest *req, json_t *params, void *userdata) {
-        const ControlPeer *peer = control_request_peer(req);
-        const struct passwd *pw = getpwuid(peer->uid);
-        _cleanup_strv_free_ char **dirs = NULL;
-        _cleanup_free_ ReplyKernelspec *list = NULL;
-        Kernelspec **specs = NULL;
-        json_t *j = NULL;
-        size_t n = 0;
+/* One kernels listing (kernelspec_list), done in libuv's thread pool with the peer's rights: a home of many
+ * specs must not hold up the loop, nor a link of the peer's lead the root daemon where the peer cannot read. */
+typedef struct KernelsJob {
+        uv_work_t work;
+        ControlRequest *req;
+        uid_t uid;
+        gid_t gid;
+        char *jupyter_path; /* the daemon's JUPYTER_PATH, or NULL */
+        char **dirs;
+        Kernelspec **specs;
+        size_t n;
+        char *cut;
         int r;
+} KernelsJob;
 
-        r = kernelspec_dirs(getenv("JUPYTER_PATH"), pw ? pw->pw_dir : NULL, &dirs);
-        if (r >= 0)
-                r = kernelspec_list(dirs, peer->uid, &specs, &n);
-        if (r >= 0 && !(list = calloc(n + 1, sizeof *list)))
+static void kernels_job_free(KernelsJob *j) {
+        for (size_t i = 0; i < j->n; i++)
+                kernelspec_free(j->specs[i]);
+        free(j->specs);
+        strv_free(j->dirs);
+        free(j->jupyter_path);
+        free(j->cut);
+        free(j);
+}
+
+/* In a thread of the pool: nothing here touches the loop or the daemon's state. */
+static void kernels_work(uv_work_t *w) {
+        static const KernelspecLimits limits = {
+                .max_specs = KERNELSPEC_LIST_MAX_SPECS,
+                .max_entries = KERNELSPEC_LIST_MAX_ENTRIES,
+                .max_bytes = KERNELSPEC_LIST_MAX_BYTES,
+        };
+        KernelsJob *j = w->data;
+        _cleanup_free_ char *home = NULL;
+        KernelspecUser u;
+
+        j->r = kernelspec_user_lookup(NULL, j->uid, &u, &home);
+        if (j->r == -ESRCH) /* a uid with no passwd entry: no home, its own rights and root's files */
+                u = (KernelspecUser){ .uid = j->uid, .gid = j->gid, .switch_fs = geteuid() == 0 && j->uid != 0 };
+        else if (j->r < 0)
+                return;
+        j->r = kernelspec_dirs(j->jupyter_path, home, &j->dirs);
+        if (j->r >= 0)
+                j->r = kernelspec_list(j->dirs, &u, &limits, &j->specs, &j->n, &j->cut);
+        kernelspec_user_done(&u);
+}
+
+static void kernels_done(uv_work_t *w, int status) {
+        KernelsJob *j = w->data;
+        _cleanup_free_ ReplyKernelspec *list = NULL;
+        json_t *reply = NULL;
+        int r = status < 0 ? status : j->r;
+
+        if (r >= 0 && !(list = calloc(j->n + 1, sizeof *list)))
                 r = -ENOMEM;
-        for (size_t i = 0; r >= 0 && i < n; i++)
+        for (size_t i = 0; r >= 0 && i < j->n; i++)
                 list[i] = (ReplyKernelspec){
-                        .name = specs[i]->name,
-                        .display_name = specs[i]->display_name,
-                        .language = specs[i]->language,
-                        .interrupt_mode = interrupt_mode_to_string(specs[i]->interrupt_mode),
-                        .path = specs[i]->path,
-                        .argv = (const char **) specs[i]->argv,
-                        .n_argv = strv_length(specs[i]->argv),
+                        .name = j->specs[i]->name,
+                        .display_name = j->specs[i]->display_name,
+                        .language = j->specs[i]->language,
+                        .interrupt_mode = interrupt_mode_to_string(j->specs[i]->interrupt_mode),
+                        .path = j->specs[i]->path,
+                        .argv = (const char **) j->specs[i]->argv,
+                        .n_argv = strv_length(j->specs[i]->argv),
                 };
         if (r >= 0)
                 r = reply_kernels_encode(&(ReplyKernels){ .kernels = list,
-                                                          .n_kernels = n,
-                                                          .dirs = (const char **) dirs,
-                                                          .n_dirs = strv_length(dirs) },
-                                         &j);
-        for (size_t i = 0; i < n; i++)
-                kernelspec_free(specs[i]);
-        free(specs);
+                                                          .n_kernels = j->n,
+                                                          .dirs = (const char **) j->dirs,
+                                                          .n_dirs = strv_length(j->dirs),
+                                                          .cut = j->cut },
+                                         &reply);
         if (r < 0)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "cannot list the kernelspecs: %s",
-                                             strerror(-r));
-        control_request_reply(req, j);
+                control_request_error(j->req, RPC_INTERNAL_ERROR, NULL, "cannot list the kernelspecs: %s",
+                                      strerror(-r));
+        else {
+                /* At most KERNELSPEC_LIST_MAX_BYTES and the JSON-RPC envelope: it may wait unread. */
+                control_request_allow_queue(j->req, 2 * KERNELSPEC_LIST_MAX_BYTES);
+                control_request_reply(j->req, reply);
+        }
+        kernels_job_free(j);
+}
+
+/* The kernelspecs a context of the peer's could name with kernel = (kernelspec.h): those in the daemon's
+ * JUPYTER_PATH, the peer's home and the system directories that the peer or root owns, sorted by name, read with
+ * the peer's rights and within KernelspecLimits. A peer gone before the answer: the answer is dropped. */
+static void method_kernels(ControlRequest *req, json_t *params, void *userdata) {
+        const ControlPeer *peer = control_request_peer(req);
+        const char *jp = getenv("JUPYTER_PATH");
+        Handlers *h = userdata;
+        KernelsJob *j;
+        int r;
+
+        (void) params;
+        j = calloc(1, sizeof *j);
+        if (!j || (jp && !(j->jupyter_path = strdup(jp)))) {
+                free(j);
+                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
+        }
+        *j = (KernelsJob){ .req = req, .uid = peer->uid, .gid = peer->gid, .jupyter_path = j->jupyter_path };
+        j->work.data = j;
+        r = uv_queue_work(h->host.loop, &j->work, kernels_work, kernels_done);
+        if (r < 0) {
+                kernels_job_free(j);
+                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "cannot list the kernelspecs: %s",
+                                      uv_strerror(r));
+        }
 }
 
 /* The context named in params, answering the request with an error when
@@ -664,36 +731,22 @@ static void method_execute(ControlRequest *req, json_t *params, void *userdata) 
         control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
 }
 
-/* params[key]: an integer in [min, max], def when absent; else answered with an error and -EINVAL. */
-static int request_uint(ControlRequest *req, json_t *params, const char *key, long long min, long long max,
-                        long long def, long long *ret) {
-        json_t *v = json_object_get(params, key);
-
-        if (!v) {
-                *ret = def;
-                return 0;
-        }
-        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.%s must be an integer from %lld to %lld",
-                                      key, min, max);
-                return -EINVAL;
-        }
-        *ret = json_integer_value(v);
-        return 0;
-}
-
 /* history: a page of the context's cell journal (restore = replay). */
 static void method_history(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
         Context *c = request_context(h, req, params);
-        long long offset, limit;
+        _cleanup_free_ char *why = NULL;
+        size_t offset, limit;
         json_t *j = NULL;
         int r;
 
-        if (!c || request_uint(req, params, "offset", 0, INT64_MAX, 0, &offset) < 0 ||
-            request_uint(req, params, "limit", 1, HISTORY_LIMIT_MAX, HISTORY_LIMIT_DEFAULT, &limit) < 0)
+        if (!c)
                 return;
-        r = context_history(c, (size_t) offset, (size_t) limit, &j);
+        r = protocol_history_params(params, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, &offset, &limit, &why);
+        if (r < 0)
+                return control_request_error(req, r == -ENOMEM ? RPC_INTERNAL_ERROR : RPC_INVALID_PARAMS, NULL, "%s",
+                                             why ?: "out of memory");
+        r = context_history(c, offset, limit, &j);
         if (r == -ENODATA)
                 return control_request_error(req, KS_ERR_FAILED, NULL,
                                              "context %s keeps no cell journal (restore = none)", context_name(c));

@@ -503,6 +503,50 @@ int journal_read(Journal *j, size_t i, JournalEntry *ret) {
         return cell_parse(p, len, ret);
 }
 
+void journal_page_free(JournalPageCell *cells, size_t n) {
+        for (size_t i = 0; cells && i < n; i++)
+                journal_entry_done(&cells[i].e);
+        free(cells);
+}
+
+#define PAGE_CELL_ROOM_MIN 1024
+
+int journal_page(Journal *j, size_t offset, size_t limit, size_t max_bytes, JournalPageCell **ret, size_t *ret_n,
+                 long long *ret_next) {
+        size_t n = offset < j->n ? j->n - offset : 0, got = 0, bytes = 0;
+        JournalPageCell *cells;
+        int r = 0;
+
+        if (n > limit)
+                n = limit;
+        cells = calloc(n ? n : 1, sizeof *cells);
+        if (!cells)
+                return -ENOMEM;
+        while (got < n && bytes < max_bytes) {
+                JournalPageCell *c = &cells[got];
+                size_t room = max_bytes - bytes < PAGE_CELL_ROOM_MIN ? PAGE_CELL_ROOM_MIN : max_bytes - bytes;
+
+                r = journal_read(j, offset + got, &c->e);
+                if (r < 0)
+                        break;
+                c->index = offset + got++;
+                c->truncated = c->e.code_len > room;
+                if (c->truncated) {
+                        c->e.code[room] = '\0';
+                        c->e.code_len = room;
+                }
+                bytes += c->e.code_len;
+        }
+        if (r < 0) {
+                journal_page_free(cells, got);
+                return r;
+        }
+        *ret = cells;
+        *ret_n = got;
+        *ret_next = offset + got < j->n ? (long long) (offset + got) : -1;
+        return 0;
+}
+
 static int journal_add_kernel_held(Journal *j, const char *kernel_id);
 
 int journal_add_kernel(Journal *j, const char *kernel_id) {

@@ -96,6 +96,22 @@ void journal_set_incomplete(Journal *j);
  * past the end; -EBADMSG when the frame changed under us since open. */
 int journal_read(Journal *j, size_t i, JournalEntry *ret);
 
+/* One cell of a page (journal_page()): e as read, its code cut to the room the page had left. */
+typedef struct JournalPageCell {
+        size_t index; /* 0-based */
+        JournalEntry e;
+        bool truncated; /* e.code was cut (e.code_len is then the length kept) */
+} JournalPageCell;
+
+/* A page of j for history: up to limit cells from offset (0-based), fewer once their code passes max_bytes; a
+ * cell's code is cut to the room left, but to no less than 1 KiB, so that every page holds a cell and paging
+ * always moves on. *ret (a new array of *ret_n cells; free with journal_page_free()) and *ret_next, the offset of
+ * the next page or -1 when this one reaches the end (an offset past the end: no cells, -1). A read error: -errno,
+ * nothing returned. */
+int journal_page(Journal *j, size_t offset, size_t limit, size_t max_bytes, JournalPageCell **ret, size_t *ret_n,
+                 long long *ret_next);
+void journal_page_free(JournalPageCell *cells, size_t n);
+
 /* Records that the namespace of kernel_id (36 characters) is what the journal's cells rebuild: the kernel that
  * the cells ran in, or one they were all replayed in. -ESTALE when the journal is incomplete, -EFBIG when it does
  * not fit (it becomes incomplete). */

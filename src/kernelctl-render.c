@@ -201,6 +201,8 @@ int render_kernels(const ReplyKernels *k) {
         }
         if (r == EXIT_OK && k->n_kernels == 0)
                 printf("(no kernelspec found)\n");
+        if (r == EXIT_OK && k->cut)
+                printf("(the list is partial: the daemon stopped at %s)\n", k->cut);
         for (size_t i = 0; i < (k->n_kernels + 1) * K_COLUMNS; i++)
                 free(cells[i]);
         return r;

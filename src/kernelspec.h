@@ -9,7 +9,9 @@
  * that user could have written anyway: kernel.json, its directory and the kernels/ directory above it must
  * each be owned by root or by that user, not writable by group or others, and not a symbolic link; the file
  * is at most KERNELSPEC_FILE_MAX bytes. A spec that fails this is skipped in a listing and named as refused
- * when it is the one asked for.
+ * when it is the one asked for. A user's specs are read with that user's rights (KernelspecUser), so no link
+ * of theirs reaches what they could not read; for a kernel run as root only places that root alone can change
+ * are searched.
  *
  * Pure apart from reading those directories. */
 #pragma once
@@ -65,12 +67,54 @@ int kernelspec_dirs(const char *jupyter_path, const char *home, char ***ret);
 int kernelspec_parse(const char *text, size_t len, const char *name, const char *path, const char *resource_dir,
                      const char *path_env, Kernelspec **ret, char **ret_reason);
 
-/* Finds name in dirs (kernelspec_dirs()) for a kernel run as uid. 0 with *ret; -ENOENT when no directory holds
- * it; -EPERM, -ELOOP, -EFBIG or -EINVAL when the first that holds it is refused (not trusted, a link, too
- * large, malformed): then *ret_reason (newly allocated) names the file and why. -ENOMEM. */
-int kernelspec_find(char *const *dirs, const char *name, uid_t uid, const char *path_env, Kernelspec **ret,
-                    char **ret_reason);
+/* Whose kernelspecs are looked for, and with whose rights they are read. */
+typedef struct KernelspecUser {
+        uid_t uid; /* files owned by root or uid are trusted; 0: only root's, in places only root can change */
+        gid_t gid;
+        gid_t *groups; /* supplementary groups; kernelspec_user_lookup()'s own */
+        size_t n_groups;
+        /* Read with uid, gid and groups as the calling thread's file-system identity (setfsuid, setfsgid and
+         * setgroups as raw syscalls, which change only this thread), taken back before returning: the daemon
+         * then reads nothing that user could not read, through whatever links the user planted. False: with
+         * the daemon's own rights (the daemon is not root, or uid is its own). */
+        bool switch_fs;
+} KernelspecUser;
 
-/* Every kernelspec in dirs for uid, the first of each name, sorted by name; refused ones are left out.
+/* The user named name (NULL: the one of uid) with its primary and supplementary groups (getpwnam_r or
+ * getpwuid_r, getgrouplist; thread-safe), switch_fs set when the process runs as root and the user's uid is
+ * another; *ret_home (may be NULL) is its home, newly allocated. A user with no passwd entry: -ESRCH, and *ret
+ * is then root's without a home, so that only root's places count for it. Free with kernelspec_user_done(). */
+int kernelspec_user_lookup(const char *name, uid_t uid, KernelspecUser *ret, char **ret_home);
+void kernelspec_user_done(KernelspecUser *u);
+
+/* Finds name in dirs (kernelspec_dirs()) for a kernel run as u->uid. For uid 0 a kernels directory is searched
+ * only when no one but root can change it (it and every directory above it owned by root; one that others may
+ * write has the sticky bit); one that fails this is skipped. 0 with *ret; -ENOENT when no directory holds it
+ * (*ret_reason then lists the directories searched and each skipped one with why); -EPERM, -ELOOP, -EFBIG or
+ * -EINVAL when the first that holds it is refused (not trusted, a link, too large, malformed): then *ret_reason
+ * (newly allocated) names the file and why. *ret_users (may be NULL), on failure: whether u->uid could have
+ * caused it, because the refused file, or for -ENOENT one of the directories searched, lies where that user can
+ * write (always false for uid 0). -ENOMEM, or -EPERM when the identity cannot be taken (no reason then). */
+int kernelspec_find(char *const *dirs, const char *name, const KernelspecUser *u, const char *path_env,
+                    Kernelspec **ret, char **ret_reason, bool *ret_users);
+
+/* Bounds on one listing (kernelctl kernels), so that a home of many specs costs a bounded amount. */
+typedef struct KernelspecLimits {
+        size_t max_specs;   /* specs returned */
+        size_t max_entries; /* directory entries looked at, over all directories */
+        size_t max_bytes;   /* kernelspec_reply_size() of the specs returned, summed */
+} KernelspecLimits;
+
+#define KERNELSPEC_LIST_MAX_SPECS 1000
+#define KERNELSPEC_LIST_MAX_ENTRIES 20000
+#define KERNELSPEC_LIST_MAX_BYTES (2 * 1024 * 1024)
+
+/* About how many bytes k takes in a reply: its strings as JSON escapes them, plus the names of the fields. */
+size_t kernelspec_reply_size(const Kernelspec *k);
+
+/* Every kernelspec in dirs for u (with its rights when u->switch_fs, the same trust as kernelspec_find), the
+ * first of each name, sorted by name; refused ones are left out. limits NULL: none. The scan stops at a limit:
+ * *ret_cut (newly allocated; ret_cut may be NULL) then says which ("more than 1000 kernelspecs"), else is NULL.
  * *ret is a new array of *ret_n specs (free each, then the array). */
-int kernelspec_list(char *const *dirs, uid_t uid, Kernelspec ***ret, size_t *ret_n);
+int kernelspec_list(char *const *dirs, const KernelspecUser *u, const KernelspecLimits *limits, Kernelspec ***ret,
+                    size_t *ret_n, char **ret_cut);

@@ -145,6 +145,11 @@ int main(int argc, char *argv[]) {
                 for (size_t i = 0; i < config->n_contexts; i++)
                         printf("  %s: transport %s (%s)\n", config->contexts[i].name,
                                transport_to_string(config->contexts[i].transport), config->contexts[i].transport_why);
+                /* A spec that its context's user can change fails that context alone (config.h): not an error. */
+                for (size_t i = 0; i < config->n_contexts; i++)
+                        if (config->contexts[i].kernel_error)
+                                log_warning("%s: will fail to start: %s", config->contexts[i].name,
+                                            config->contexts[i].kernel_error);
                 config_free(config);
                 return 0;
         }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,5 +291,41 @@ int protocol_timeout_usec(double seconds, unsigned long long max_usec, unsigned 
         *ret = (unsigned long long) llround(seconds * (double) USEC_PER_SEC);
         if (*ret == 0)
                 *ret = 1;
+        return 0;
+}
+
+/* params[key]: an integer in [min, max], def when absent. */
+static int param_uint(const json_t *params, const char *key, long long min, long long max, long long def,
+                      long long *ret, char **ret_why) {
+        const json_t *v = json_object_get(params, key);
+
+        if (!v) {
+                *ret = def;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+                if (asprintf(ret_why, "params.%s must be an integer from %lld to %lld", key, min, max) < 0) {
+                        *ret_why = NULL;
+                        return -ENOMEM;
+                }
+                return -EINVAL;
+        }
+        *ret = json_integer_value(v);
+        return 0;
+}
+
+int protocol_history_params(const json_t *params, size_t def_limit, size_t max_limit, size_t *ret_offset,
+                            size_t *ret_limit, char **ret_why) {
+        long long offset, limit;
+        int r;
+
+        *ret_why = NULL;
+        r = param_uint(params, "offset", 0, INT64_MAX, 0, &offset, ret_why);
+        if (r >= 0)
+                r = param_uint(params, "limit", 1, (long long) max_limit, (long long) def_limit, &limit, ret_why);
+        if (r < 0)
+                return r;
+        *ret_offset = (size_t) offset;
+        *ret_limit = (size_t) limit;
         return 0;
 }

@@ -90,3 +90,9 @@ void rpc_message_done(RpcMessage *m);
  * -EINVAL for NaN, zero and negative values; infinity and anything above
  * max_usec are clamped to max_usec, and 1 is returned then; else 0. */
 int protocol_timeout_usec(double seconds, unsigned long long max_usec, unsigned long long *ret);
+
+/* history's paging params: "offset" an integer from 0 to INT64_MAX (absent: 0) and "limit" one from 1 to
+ * max_limit (absent: def_limit); other members are ignored. 0 with both; -EINVAL with *ret_why (newly
+ * allocated: "params.limit must be an integer from 1 to 1000"); -ENOMEM. params NULL: the defaults. */
+int protocol_history_params(const json_t *params, size_t def_limit, size_t max_limit, size_t *ret_offset,
+                            size_t *ret_limit, char **ret_why);

@@ -239,6 +239,7 @@ static const ReplyType kernelspec_type = TYPE(ReplyKernelspec, kernelspec_fields
 static const Field kernels_fields[] = {
         LIST(ReplyKernels, "kernels", FIELD_ARRAY, kernels, n_kernels, .sub = &kernelspec_type),
         LIST(ReplyKernels, "dirs", FIELD_STRINGS, dirs, n_dirs),
+        F(ReplyKernels, "cut", FIELD_STRING, cut, .flags = OPTIONAL | LOSSY),
 };
 static const ReplyType kernels_type = TYPE(ReplyKernels, kernels_fields);
 

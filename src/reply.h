@@ -210,6 +210,9 @@ typedef struct ReplyKernels {
         size_t n_kernels;
         const char **dirs; /* the directories searched, in order */
         size_t n_dirs;
+        /* The listing stopped at a limit, and says which ("more than 1000 kernelspecs"): the list is partial.
+         * NULL: left out, the list is whole. */
+        const char *cut;
 } ReplyKernels;
 
 /* A context a reload changes: why it restarts ("reason": "env changed"), or which setting it

@@ -17,6 +17,8 @@
 #include "util.h"
 
 #define OTHER_ID 4321
+/* Whose specs, read with the test's own rights (the trust rules alone). */
+#define USER(id) (&(KernelspecUser){ .uid = (id) })
 
 static char tmpdir[] = "/tmp/test-kernelspec.XXXXXX";
 
@@ -176,21 +178,28 @@ static void test_find(void) {
         if (asprintf(&jp, "%s/first:%s/second", tmpdir, tmpdir) < 0 || kernelspec_dirs(jp, NULL, &dirs) < 0)
                 abort();
 
-        is_int(kernelspec_find(dirs, "alpha", 0, NULL, &k, &reason), 0, "find alpha");
+        is_int(kernelspec_find(dirs, "alpha", USER(geteuid()), NULL, &k, &reason, NULL), 0, "find alpha");
         is_str(k->argv[0], "/bin/first", "find: the first directory of JUPYTER_PATH wins");
         is_str(k->language, "one", "find: its language");
         ok(strstr(k->path, "/first/kernels/alpha/kernel.json") != NULL, "find: its path (%s)", k->path);
         k = kernelspec_free(k);
-        is_int(kernelspec_find(dirs, "BETA", 0, NULL, &k, &reason), 0, "find: names compare lowercased");
+        is_int(kernelspec_find(dirs, "BETA", USER(geteuid()), NULL, &k, &reason, NULL), 0,
+               "find: names compare lowercased");
         is_str(k->name, "beta", "find: the name is lowercased");
         is_str(k->argv[1], "{kernel_file}", "find: argv rewritten");
         k = kernelspec_free(k);
-        is_int(kernelspec_find(dirs, "gamma", 0, NULL, &k, &reason), 0, "find: a directory without kernel.json");
+        is_int(kernelspec_find(dirs, "gamma", USER(geteuid()), NULL, &k, &reason, NULL), 0,
+               "find: a directory without kernel.json");
         is_str(k ? k->argv[0] : NULL, "/bin/gamma", "find: ... is skipped for the next one");
         k = kernelspec_free(k);
-        is_int(kernelspec_find(dirs, "delta", 0, NULL, &k, &reason), -ENOENT, "find: a missing name is ENOENT");
-        ok(!reason, "find: without a reason");
-        is_int(kernelspec_find(dirs, "../first", 0, NULL, &k, &reason), -EINVAL, "find: a name with '/' refused");
+        is_int(kernelspec_find(dirs, "delta", USER(geteuid()), NULL, &k, &reason, NULL), -ENOENT,
+               "find: a missing name is ENOENT");
+        ok(reason && strstr(reason, "no kernelspec of that name in ") && strstr(reason, "/second/kernels, "),
+           "find: the reason lists the directories searched (%s)", reason ?: "(null)");
+        free(reason);
+        reason = NULL;
+        is_int(kernelspec_find(dirs, "../first", USER(geteuid()), NULL, &k, &reason, NULL), -EINVAL,
+               "find: a name with '/' refused");
 }
 
 /* name's kernel.json in dir "hostile" is made bad by how(); find must refuse it with want_r and a reason
@@ -202,10 +211,11 @@ static void check_refused(const char *name, int want_r, const char *want_reason,
         size_t n = 0;
         bool listed = false;
 
-        is_int(kernelspec_find(dirs, name, uid, NULL, &k, &reason), want_r, "refused %s: code", name);
+        is_int(kernelspec_find(dirs, name, USER(uid), NULL, &k, &reason, NULL), want_r, "refused %s: code", name);
         ok(reason && strstr(reason, want_reason), "refused %s: reason \"%s\"", name, reason ?: "(null)");
         ok(!k, "refused %s: nothing returned", name);
-        is_int(kernelspec_list(dirs, uid, &list, &n), 0, "refused %s: the listing still works", name);
+        is_int(kernelspec_list(dirs, USER(uid), NULL, &list, &n, NULL), 0, "refused %s: the listing still works",
+               name);
         for (size_t i = 0; i < n; i++) {
                 listed |= streq(list[i]->name, name);
                 kernelspec_free(list[i]);
@@ -228,36 +238,36 @@ static void test_hostile(void) {
         q = path_in("hostile/kernels/filelink/kernel.json");
         if (symlink(p, q) < 0)
                 abort();
-        check_refused("filelink", -ELOOP, "kernel.json: is a symbolic link", 0);
+        check_refused("filelink", -ELOOP, "kernel.json: is a symbolic link", geteuid());
 
         free(p), free(q);
         p = path_in("elsewhere/kernels/target");
         q = path_in("hostile/kernels/dirlink");
         if (symlink(p, q) < 0)
                 abort();
-        check_refused("dirlink", -ELOOP, "kernels/dirlink: is a symbolic link", 0);
+        check_refused("dirlink", -ELOOP, "kernels/dirlink: is a symbolic link", geteuid());
 
         big = malloc(KERNELSPEC_FILE_MAX + 64);
         memset(big, ' ', KERNELSPEC_FILE_MAX + 63);
         memcpy(big, "{\"argv\": [\"/bin/big\"]}", 22);
         big[KERNELSPEC_FILE_MAX + 63] = '\0';
         spec("hostile", "huge", big);
-        check_refused("huge", -EFBIG, "is larger than 64 KiB", 0);
+        check_refused("huge", -EFBIG, "is larger than 64 KiB", geteuid());
 
         spec("hostile", "broken", "{\"argv\": ");
-        check_refused("broken", -EINVAL, "broken/kernel.json: not JSON", 0);
+        check_refused("broken", -EINVAL, "broken/kernel.json: not JSON", geteuid());
 
         spec("hostile", "groupw", "{\"argv\": [\"/bin/groupw\"]}");
         free(p);
         p = path_in("hostile/kernels/groupw/kernel.json");
         chmod(p, 0664);
-        check_refused("groupw", -EPERM, "groupw/kernel.json: is writable by group or others", 0);
+        check_refused("groupw", -EPERM, "groupw/kernel.json: is writable by group or others", geteuid());
 
         spec("hostile", "worlddir", "{\"argv\": [\"/bin/w\"]}");
         free(p);
         p = path_in("hostile/kernels/worlddir");
         chmod(p, 0777);
-        check_refused("worlddir", -EPERM, "kernels/worlddir: is writable by group or others", 0);
+        check_refused("worlddir", -EPERM, "kernels/worlddir: is writable by group or others", geteuid());
 
         if (geteuid() == 0) {
                 spec("hostile", "others", "{\"argv\": [\"/bin/others\"]}");
@@ -269,7 +279,7 @@ static void test_hostile(void) {
                 /* The same file is the kernel's own user's: trusted for that user. */
                 dirs = dirs_of("hostile");
                 Kernelspec *k = NULL;
-                is_int(kernelspec_find(dirs, "others", OTHER_ID, NULL, &k, NULL), 0,
+                is_int(kernelspec_find(dirs, "others", USER(OTHER_ID), NULL, &k, NULL, NULL), 0,
                        "a spec owned by the kernel's own user is trusted");
                 kernelspec_free(k);
 
@@ -282,7 +292,7 @@ static void test_hostile(void) {
                 strv_free(dirs);
                 dirs = dirs_of("otherdir");
                 k = NULL;
-                is_int(kernelspec_find(dirs, "inside", 0, NULL, &k, NULL), -ENOENT,
+                is_int(kernelspec_find(dirs, "inside", USER(geteuid()), NULL, &k, NULL, NULL), -ENOENT,
                        "a kernels directory owned by another user is not searched");
                 ok(!k, "... and gives no spec");
                 strv_free(dirs);
@@ -299,12 +309,13 @@ static void test_hostile(void) {
                 abort();
         dirs = dirs_of("linked");
         Kernelspec *k = NULL;
-        is_int(kernelspec_find(dirs, "good", 0, NULL, &k, NULL), -ENOENT, "a kernels directory that is a link");
+        is_int(kernelspec_find(dirs, "good", USER(geteuid()), NULL, &k, NULL, NULL), -ENOENT,
+               "a kernels directory that is a link");
         kernelspec_free(k);
         strv_free(dirs);
 
         dirs = dirs_of("hostile");
-        is_int(kernelspec_list(dirs, 0, &list, &n), 0, "list the hostile directory");
+        is_int(kernelspec_list(dirs, USER(geteuid()), NULL, &list, &n, NULL), 0, "list the hostile directory");
         ok(n >= 1 && streq(list[0]->name, "good"), "list: only the good spec is among the first");
         for (size_t i = 0; i < n; i++)
                 kernelspec_free(list[i]);
@@ -328,7 +339,7 @@ static void test_list(void) {
                 free(dirs[i]);
                 dirs[i] = NULL;
         }
-        is_int(kernelspec_list(dirs, 0, &list, &n), 0, "list");
+        is_int(kernelspec_list(dirs, USER(geteuid()), NULL, &list, &n, NULL), 0, "list");
         is_int(n, 3, "list: one per name");
         if (n == 3) {
                 is_str(list[0]->name, "eta", "list: sorted (1)");
@@ -340,6 +351,67 @@ static void test_list(void) {
         for (size_t i = 0; i < n; i++)
                 kernelspec_free(list[i]);
         free(list);
+}
+
+/* kernelspec_list over dir "lim" (specs a0..a4, of about 170 bytes each in a reply) with limits: how many came
+ * back and what *ret_cut said. */
+static size_t list_limited(const KernelspecLimits *limits, char **ret_cut) {
+        _cleanup_strv_free_ char **dirs = dirs_of("lim");
+        Kernelspec **list = NULL;
+        size_t n = 0;
+
+        for (size_t i = 1; dirs[i]; i++) { /* only "lim": the system directories hold what this machine has */
+                free(dirs[i]);
+                dirs[i] = NULL;
+        }
+        if (kernelspec_list(dirs, USER(geteuid()), limits, &list, &n, ret_cut) < 0)
+                abort();
+        for (size_t i = 0; i < n; i++)
+                kernelspec_free(list[i]);
+        free(list);
+        return n;
+}
+
+static void test_limits(void) {
+        char *cut = NULL;
+        size_t one;
+
+        for (int i = 0; i < 5; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "a%d", i);
+                spec("lim", name, "{\"argv\": [\"/bin/a\", \"{connection_file}\"], \"display_name\": \"A\"}");
+        }
+        is_int(list_limited(&(KernelspecLimits){ 5, 100, 1 << 20 }, &cut), 5, "limits not reached: all 5 listed");
+        ok(!cut, "... and no cut");
+        is_int(list_limited(&(KernelspecLimits){ 3, 100, 1 << 20 }, &cut), 3, "max_specs 3: 3 listed");
+        is_str(cut, "more than 3 kernelspecs", "... the cut says so");
+        free(cut);
+        /* ".", ".." and a0..a4: 7 entries; 4 looked at give at most 4 specs, and the cut. */
+        ok(list_limited(&(KernelspecLimits){ 5, 4, 1 << 20 }, &cut) <= 4, "max_entries 4: at most 4 listed");
+        is_str(cut, "more than 4 directory entries", "... the cut says so");
+        free(cut);
+        {
+                Kernelspec k = { .name = "a0", .path = "p", .argv = (char *[]){ "a\"\n\x01", NULL } };
+                one = kernelspec_reply_size(&k);
+                is_int(one, 128 + 4 + 3 + 2 + 2 + (2 + 1 + 2 + 2 + 6) + 1, "reply size: escapes counted");
+        }
+        {
+                _cleanup_strv_free_ char **dirs = dirs_of("lim");
+                _cleanup_free_ char *want = NULL;
+                Kernelspec *k = NULL;
+                size_t size;
+
+                if (kernelspec_find(dirs, "a0", USER(geteuid()), NULL, &k, NULL, NULL) < 0)
+                        abort();
+                size = kernelspec_reply_size(k); /* the same for each of a0..a4 */
+                kernelspec_free(k);
+                is_int(list_limited(&(KernelspecLimits){ 5, 100, 2 * size + size / 2 }, &cut), 2,
+                       "max_bytes of 2.5 specs: 2 listed");
+                if (asprintf(&want, "more than %zu bytes of kernelspecs", 2 * size + size / 2) < 0)
+                        abort();
+                is_str(cut, want, "... the cut says so");
+                free(cut);
+        }
 }
 
 /* ---- kernel = NAME in the configuration ---- */
@@ -504,6 +576,7 @@ int main(void) {
         test_find();
         test_hostile();
         test_list();
+        test_limits();
         test_config();
         test_quirks();
         nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
