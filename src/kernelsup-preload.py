@@ -105,14 +105,28 @@ def _pth_files(dirs):
     return found
 
 
-def _fingerprint():
+def _path_dirs():
+    import site
+    return set(sys.path) | {p for p in (site.getusersitepackages() if site.ENABLE_USER_SITE else None,) if p}
+
+
+def _path_fingerprint():
+    """The sys.path directories and their .pth files as site.py found them: taken first thing, so that a .pth
+    written while the launcher imports is a change, not part of what it started with."""
+    dirs = _path_dirs()
+    return {p: _stat_key(p) for p in dirs | _pth_files(dirs)}
+
+
+def _fingerprint(early):
     """What decides what a cold start would import: every imported file, every sys.path directory
     (a package installed or removed changes its mtime, as does a new .pth), each .pth file in them,
-    and the user's site directory, which site.py adds only when it exists."""
-    import site
+    and the user's site directory, which site.py adds only when it exists. What early (_path_fingerprint()
+    at the start) already holds keeps its value from then."""
     files = {m.__file__ for m in list(sys.modules.values()) if isinstance(getattr(m, "__file__", None), str)}
-    dirs = set(sys.path) | {p for p in (site.getusersitepackages() if site.ENABLE_USER_SITE else None,) if p}
-    return {p: _stat_key(p) for p in files | dirs | _pth_files(dirs)}
+    dirs = _path_dirs()
+    now = {p: _stat_key(p) for p in files | dirs | _pth_files(dirs)}
+    now.update(early)
+    return now
 
 
 def _changed(before):
@@ -267,6 +281,7 @@ def _serve(sock, *state):
 
 
 def main():
+    early = _path_fingerprint()
     sock = socket.socket(fileno=3)
     os.set_inheritable(3, False)
     module = sys.argv[1]
@@ -298,7 +313,7 @@ def main():
     names = {n.split(".", 1)[0] for n in sys.modules} - set(sys.builtin_module_names)
     env_by_imports = {k: v for k, v in os.environ.items() if startup_env.get(k) != v}
     env_by_imports.update({k: None for k in startup_env if k not in os.environ})
-    fingerprint = _fingerprint()
+    fingerprint = _fingerprint(early)
     # Imported objects stay out of the collector's way, so the kernels share their pages longer.
     gc.freeze()
     _send(sock, {"ready": os.getpid()})

@@ -5,6 +5,7 @@ and is ended at `stop` of the user's last context and at the daemon's exit; what
 log only prefixed ("launcher UID: "). And a kernel's flood on its own fd 1 reaches the log only up to the relay's
 budget (logrelay.h: 64 KiB, then 16 KiB a second), with a line saying how much was not logged."""
 
+import glob
 import os
 import re
 import subprocess
@@ -164,6 +165,10 @@ def run(tap):
             flood(tap, d)
         with tap.guard("ended at stop"):
             escape(tap, d, "stop", lambda: d.ctl("stop", "pz", timeout=60))
+        # The next launcher starts without the payload: only the .pth the next round's cell plants runs in it
+        # (the pid files read are that payload's, not those of one the launcher started at `start` ran).
+        for f in glob.glob(os.path.join(d.user.home, ".local", "lib", "python*", "site-packages", "zz.pth")):
+            os.unlink(f)
         d.ctl("start", "pz", timeout=60)
         d.wait_state("pz", "ready", 120)
         with tap.guard("ended at the daemon's exit"):

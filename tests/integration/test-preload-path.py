@@ -2,8 +2,10 @@
 """sys.path of a preloaded kernel is a cold one's for every variable that shapes it at start-up (PYTHONSAFEPATH
 with PYTHONPATH, PYTHONPATH, PYTHONNOUSERSITE, PYTHONHOME), both computed by the real interpreter (the
 interpreter flags -P, -I, -E, -s in argv make a kernel cold: argv is then not PYTHON -m MODULE); and a .pth
-edited in place renews the launcher (its own mtime is in the fingerprint), as a cold start would see it."""
+edited in place renews the launcher (its own mtime is in the fingerprint), as a cold start would see it; so does one
+written while the launcher imports (the path part of the fingerprint is taken before the imports)."""
 
+import glob
 import json
 import os
 import subprocess
@@ -72,6 +74,52 @@ def pth_edit(tap, d):
     tap.ok("B 1" in r.stdout, "a .pth edited in place: the next kernel has its new path", r.stdout + r.stderr)
 
 
+HOOK = r"""
+import os, sys, time
+class Hold:
+    # In the launcher only: its import of ipykernel waits while HOME/hold exists, after saying so in HOME/held.
+    def find_spec(self, name, path=None, target=None):
+        if name == "ipykernel" and b"kernelsup-preload" in open("/proc/self/cmdline", "rb").read():
+            home = os.path.expanduser("~")
+            open(home + "/held", "w").close()
+            deadline = time.monotonic() + 120
+            while os.path.exists(home + "/hold") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return None
+sys.meta_path.insert(0, Hold())
+"""
+
+
+def pth_while_importing(tap, d):
+    home = d.user.home
+    hold, held = os.path.join(home, "hold"), os.path.join(home, "held")
+    open(hold, "w").close()
+    cell = (f"import os, site\nsp = site.getusersitepackages(); os.makedirs(sp, exist_ok=True)\n"
+            f"os.makedirs('{home}/libC', exist_ok=True); open('{home}/libC/modC.py', 'w').write('X = 1\\n')\n"
+            f"open(os.path.join(sp, 'ks_hold.py'), 'w').write({HOOK!r})\n"
+            f"open(os.path.join(sp, 'hold.pth'), 'w').write('import ks_hold\\n')\nprint('ok')")
+    r = d.ctl("exec", "pth", cell, timeout=60)
+    tap.ok("ok" in r.stdout, "a cell plants a .pth whose hook holds the next launcher in its imports",
+           r.stdout + r.stderr)
+    mark = d.log_mark()
+    d.ctl("restart", "pth", timeout=60)  # a new .pth: the launcher renews, and the new one is held
+    harness.wait_until(lambda: os.path.exists(held), 120, "the new launcher to reach its import of ipykernel")
+    # While it is held (after site.py read the .pth files): one more .pth, which it never read.
+    sp = harness.poll_until(lambda: glob.glob(os.path.join(home, ".local/lib/python*/site-packages")), 10,
+                            "the user site", check=bool)[0]
+    with open(os.path.join(sp, "zz-c.pth"), "w") as f:
+        f.write(f"{home}/libC\n")
+    os.unlink(hold)
+    d.wait_log("is ready", mark, timeout=120)
+    c = preloaded(d, "pth")
+    r = d.ctl("exec", "pth", "import modC; print('C', modC.X)", timeout=60)
+    tap.ok(c["started"] == "preloaded" and "C 1" in r.stdout,
+           "a .pth written while the launcher imported: the next preloaded kernel has its path (the launcher was "
+           "renewed)", f"{c['started']}: {r.stdout + r.stderr}")
+    for f in ("hold.pth", "zz-c.pth"):
+        os.unlink(os.path.join(sp, f))
+
+
 def run(tap):
     if os.geteuid() != 0:
         tap.skip_all("needs root: runs kernels as a test user")
@@ -98,6 +146,8 @@ def run(tap):
             variants(tap, d)
         with tap.guard("a .pth edited in place"):
             pth_edit(tap, d)
+        with tap.guard("a .pth written while the launcher imports"):
+            pth_while_importing(tap, d)
         d.stop()
     finally:
         d.user.close()
