@@ -157,6 +157,20 @@ def tree_gone(tmp, timeout=60):
     return left
 
 
+
+def stop_and_remove(proc, tmp):
+    """SIGTERM to a supervisor (SIGKILL after 300 s), until nothing of its tree is left; removes tmp. Its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    tree_gone(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return proc.returncode
+
 class Kernelsup:
     """kernelsupd on N contexts of the stub kernel in a temporary directory of its own."""
 
@@ -220,16 +234,7 @@ class Kernelsup:
         sys.exit(f"context-scale: {why}; the daemon's log is kept in {kept}")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(300)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        tree_gone(self.tmp)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return self.proc.returncode
+        return stop_and_remove(self.proc, self.tmp)
 
 
 class Supervisord:
@@ -276,15 +281,7 @@ class Supervisord:
         sys.exit(f"context-scale: supervisord's {self.n} programs not all RUNNING after {timeout} s")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(300)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        tree_gone(self.tmp)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        stop_and_remove(self.proc, self.tmp)
 
 
 def measure_kernelsup(build, n, autostart, runs):
