@@ -59,7 +59,7 @@ kc.stop_channels()
 
 def count_expression():
     """The count's user expression, as src/chunking.h defines it (CHUNKING_WRITTEN_CODE)."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "chunking.h")) as f:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "daemon", "chunking.h")) as f:
         m = re.search(r'#define CHUNKING_WRITTEN_CODE\s*\\\n\s*"(.*)"\n', f.read())
     return {"kernelsup_written": m.group(1)} if m else None
 

@@ -37,7 +37,7 @@ def child_cpu(pid):
 
 def one(builddir, preload, n, rounds):
     os.environ["KERNELSUP_PRELOAD_SCRIPT"] = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "src", "kernelsup-preload.py")
+        os.path.abspath(__file__))), "src", "daemon", "kernelsup-preload.py")
     sections = "".join(f"[context:e{i}]\nargv = {ARGV}\nenv = CONV_ID=conv-{i}\npreload = {preload}\n"
                        f"backoff_min = 1ms\nstart_timeout = 120s\n" for i in range(n))
     t0 = time.monotonic()

@@ -124,7 +124,7 @@ def main():
     ap.add_argument("-n", type=int, default=10, help="timed launches and kills per kind (default 10)")
     args = ap.parse_args()
     os.environ.setdefault("KERNELSUP_PRELOAD_SCRIPT", os.path.join(os.path.dirname(HERE), "src",
-                                                                    "kernelsup-preload.py"))
+                                                                    "daemon", "kernelsup-preload.py"))
     sections = (f"[defaults]\nargv = {ARGV}\nenv = PYDEVD_DISABLE_FILE_VALIDATION=1\nbackoff_min = 1ms\n"
                 "start_limit_burst = 1000\nstart_timeout = 120s\n\n[context:hot]\n[context:cold]\npreload = no\n"
                 + "".join(f"[context:h{i}]\nautostart = no\n[context:c{i}]\nautostart = no\npreload = no\n"

@@ -66,7 +66,7 @@ KERNELCTL = os.path.join(BUILDDIR, "kernelctl")
 # The stub kernel (`make tests/stubkernel`): a few MiB instead of ipykernel's 50, for tests with many contexts.
 STUBKERNEL = os.path.join(BUILDDIR, "tests", "stubkernel")
 STUB_ARGV = f"{STUBKERNEL} -f {{kernel_file}}"
-PRELOAD_SCRIPT = os.path.join(SRCDIR, "src", "kernelsup-preload.py")
+PRELOAD_SCRIPT = os.path.join(SRCDIR, "src", "daemon", "kernelsup-preload.py")
 IPYKERNEL_ARGV = "/usr/bin/python3 -m ipykernel_launcher -f {kernel_file} --HistoryManager.hist_file=:memory:"
 
 SANITIZER_MARKERS = ("AddressSanitizer", "runtime error:", "LeakSanitizer")

@@ -22,15 +22,16 @@ def read(*parts):
 
 def message_ids():
     """{LOG_ID_NAME: id} as src/log.h defines them."""
-    return dict(DEFINE.findall(read("src", "log.h")))
+    return dict(DEFINE.findall(read("src", "shared", "log.h")))
 
 
 def sent(names):
     """The LOG_ID_ names a log_event() call (or an event macro handed to one) in src/ uses."""
     used = set()
-    for name in sorted(os.listdir(os.path.join(SRCDIR, "src"))):
-        if name.endswith(".c") and name != "log.c":
-            used |= set(re.findall(r"\bLOG_ID_[A-Z_]+\b", read("src", name))) & set(names)
+    for folder in sorted(os.listdir(os.path.join(SRCDIR, "src"))):
+        for name in sorted(os.listdir(os.path.join(SRCDIR, "src", folder))):
+            if name.endswith(".c") and name != "log.c":
+                used |= set(re.findall(r"\bLOG_ID_[A-Z_]+\b", read("src", folder, name))) & set(names)
     return used
 
 

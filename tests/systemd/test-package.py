@@ -48,12 +48,12 @@ CONTENTS = ("./usr/sbin/kernelsupd", "./usr/bin/kernelctl", "./lib/systemd/syste
             "./usr/share/man/man1/kernelctl.1.gz", "./usr/share/man/man5/kernelsup.ini.5.gz",
             "./usr/share/man/man8/kernelsupd.8.gz", "./usr/share/doc/kernelsup/copyright",
             "./usr/lib/systemd/catalog/kernelsup.catalog")
-# The journal events' MESSAGE_IDs, as src/log.h defines them (LOG_ID_KERNEL_READY -> ID["KERNEL_READY"]).
-with open(os.path.join(harness.SRCDIR, "src", "log.h")) as _f:
+# The journal events' MESSAGE_IDs, as src/shared/log.h defines them (LOG_ID_KERNEL_READY -> ID["KERNEL_READY"]).
+with open(os.path.join(harness.SRCDIR, "src", "shared", "log.h")) as _f:
     ID = dict(re.findall(r'^#define LOG_ID_([A-Z_]+) "([0-9a-f]{32})"$', _f.read(), re.M))
 ID_READY, ID_DIED, ID_RESTARTING, ID_RELOAD = (ID.get(k) for k in ("KERNEL_READY", "KERNEL_DIED",
                                                                    "KERNEL_RESTARTING", "RELOAD_APPLIED"))
-# A uid's control connections: past this many open at once, the next is refused (src/control.c, kernelsupd(8)).
+# A uid's control connections: past this many open at once, the next is refused (src/daemon/control.c, kernelsupd(8)).
 PER_UID = 64
 # Run as a user in the container: PER_UID connections, each answered once (so the daemon admitted them
 # all), then one more; prints the refused one's first line and this process's pid (the event's KERNELSUP_PID).

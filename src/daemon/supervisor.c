@@ -528,8 +528,8 @@ static const char *supervisor_preload_script(void) {
         slash = strrchr(exe, '/');
         if (slash && (size_t) (slash - exe) == strlen(BUILD_TREE) &&
             strncmp(exe, BUILD_TREE, strlen(BUILD_TREE)) == 0 &&
-            access(SOURCE_TREE "/src/kernelsup-preload.py", R_OK) == 0)
-                return SOURCE_TREE "/src/kernelsup-preload.py";
+            access(SOURCE_TREE "/src/daemon/kernelsup-preload.py", R_OK) == 0)
+                return SOURCE_TREE "/src/daemon/kernelsup-preload.py";
         return PKGDATADIR "/kernelsup-preload.py";
 }
 

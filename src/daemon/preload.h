@@ -1,6 +1,6 @@
 /* Preloaded launchers (doc/design.md, section 4, "Preloaded kernels"): one Python process per
  * (interpreter, module, user and groups, environment) that has imported what a kernel needs and forks a
- * kernel per launch (src/kernelsup-preload.py). The kernel it forks becomes our child (we are the child
+ * kernel per launch (src/daemon/kernelsup-preload.py). The kernel it forks becomes our child (we are the child
  * subreaper, or PID 1), waits for our word as a cold kernel does, and is watched, placed, recorded and adopted
  * like one. A launch that cannot be preloaded is told why and goes cold. */
 #pragma once
