@@ -1,6 +1,7 @@
-/* Inside a context: the state shared by context.c (states, exit, restart,
+/* Inside a context: the state shared by context.c (states, the kernel connection, cells,
  * stop, status), context-launch.c (ports, files, placement and the launch
- * of a kernel, its output to the log), context-lifetime.c (new, adopt, free)
+ * of a kernel, its output to the log), context-exit.c (a kernel's exit, the restart policy),
+ * context-lifetime.c (new, adopt, free)
  * and context-heartbeat.c (pings while running). Not for use outside them. */
 #pragma once
 
@@ -178,8 +179,6 @@ extern const ExecHooks context_exec_hooks;
 void context_set_state(Context *c, ContextStateKind to);
 /* Replaces st.last_error with a copy of msg (NULL clears it); not saved. */
 void context_set_error(Context *c, const char *msg);
-/* Frees the pid_poll handle, the uv_close callback for it. */
-void context_pid_poll_close_cb(uv_handle_t *h);
 /* A new kernel process (launched or adopted): not answered yet, output chunking not asked yet. */
 void context_readiness_reset(Context *c);
 /* The output chunking request is still unanswered (CHUNKING_WAIT_USEC passed, or start_timeout): the context
@@ -188,11 +187,17 @@ void context_chunking_expired(Context *c);
 int context_save(Context *c);
 void context_send_kernel_info(Context *c);
 void context_info_timer_cb(uv_timer_t *t);
+
+/* context-exit.c */
+/* Frees the pid_poll handle, the uv_close callback for it. */
+void context_pid_poll_close_cb(uv_handle_t *h);
 void context_pid_poll_cb(uv_poll_t *p, int status, int events);
 void context_launch_failed(Context *c, const char *msg);
 /* A launch that cannot succeed before the configuration is read again (a refused kernelspec): failed at once with
  * msg as last_error, no retry. */
 void context_launch_refused(Context *c, const char *msg);
+/* How a kernel's exit counts (the deaths metric, status's reason). */
+KernelDeath exit_info_death(const ExitInfo *e);
 
 /* context-heartbeat.c */
 /* Starts the pings every heartbeat_interval, no ping outstanding and none missed. */

@@ -22,133 +22,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "control-private.h"
 #include "control.h"
 #include "log.h"
 #include "macro.h"
 #include "protocol.h"
-
-/* Connections: CONTROL_MAX_CONNECTIONS at most in all, the last CONTROL_RESERVED of
- * them only for root and the daemon's own uid, so that nobody else can lock them
- * out; any other uid has CONTROL_MAX_PER_UID at most, so that one uid cannot take
- * the slots of the others. (kernelsupd(8) and kernelctl(1) give these numbers.) */
-#define CONTROL_MAX_CONNECTIONS 256
-#define CONTROL_RESERVED 32
-#define CONTROL_MAX_PER_UID 64
-/* A connection with no request open must complete a request line within this
- * long: the whole line, not each byte, so a peer that trickles bytes is closed
- * too. A connection waiting for a reply (a long cell, a wait) is never idle. */
-#define CONTROL_IDLE_TIMEOUT_MSEC 5000
-/* How long a peer with replies still unwritten may go without reading any of them. */
-#define CONTROL_WRITE_STALL_MSEC 60000
-#define CONTROL_BACKLOG 128
-/* One read; a longer line is collected in the connection's line buffer. */
-#define CONTROL_READ_SIZE (64 * 1024)
-/* A peer that sends requests but does not read the replies must not make us
- * buffer without bound: past this (plus what its requests were allowed, see
- * control_request_allow_queue) it is disconnected. */
-#define CONTROL_MAX_WRITE_QUEUE (16 * 1024 * 1024)
-/* Backpressure: while this much is unread by the peer, its further requests
- * wait (we stop reading); reading resumes below a quarter of it. */
-#define CONTROL_READ_PAUSE (1024 * 1024)
-/* Requests held open (a wait, a cell queued or running, a check) keep their
- * parsed line, and a cell a copy of its code, while they send nothing, so
- * backpressure does not bound them: these caps do. A request counts its line
- * plus CONTROL_REQUEST_OVERHEAD; past a cap it is refused with an error that
- * names the cap (a short one only by its connection's caps, see
- * CONTROL_SMALL_REQUEST). Root and the daemon's own uid are bounded per connection
- * and per uid, but not counted in (nor refused by) the cap of all others, so
- * nobody else can lock them out. (kernelsup.ini(5) states the bound these give.) */
-#define CONTROL_MAX_OPEN_PER_CONN 16
-#define CONTROL_MAX_HELD_PER_CONN (2 * 1024 * 1024)
-#define CONTROL_MAX_HELD_PER_UID (8 * 1024 * 1024)
-#define CONTROL_MAX_HELD_OTHERS (32 * 1024 * 1024)
-#define CONTROL_REQUEST_OVERHEAD 512
-/* A request line this short (kernelctl status, a wait) is refused only by the
- * caps of its connection, so a uid whose big requests fill its cap (or all
- * others') can still ask for its status. */
-#define CONTROL_SMALL_REQUEST 512
-/* After this much held request memory was freed, give it back to the system
- * (glibc keeps a freed heap otherwise). */
-#define CONTROL_TRIM_AFTER (4 * 1024 * 1024)
-
-#define LIST_PREPEND(head, item)                                                                                      \
-        do {                                                                                                          \
-                (item)->prev = NULL;                                                                                  \
-                (item)->next = (head);                                                                                \
-                if (head)                                                                                             \
-                        (head)->prev = (item);                                                                        \
-                (head) = (item);                                                                                      \
-        } while (0)
-
-#define LIST_REMOVE(head, item)                                                                                       \
-        do {                                                                                                          \
-                if ((item)->next)                                                                                     \
-                        (item)->next->prev = (item)->prev;                                                            \
-                if ((item)->prev)                                                                                     \
-                        (item)->prev->next = (item)->next;                                                            \
-                else                                                                                                  \
-                        (head) = (item)->next;                                                                        \
-                (item)->next = (item)->prev = NULL;                                                                   \
-        } while (0)
-
-typedef struct ControlConnection ControlConnection;
-
-struct ControlRequest {
-        ControlConnection *conn; /* holds a reference */
-        json_t *root;            /* owns id, method and params */
-        json_t *id;              /* NULL for a notification: the answer is swallowed */
-        const char *method;
-        size_t weight; /* what it counts against the caps on held requests */
-        void (*cancel)(ControlRequest *req, void *data);
-        void *cancel_data;
-        ControlRequest *prev, *next;
-};
-
-struct ControlConnection {
-        ControlServer *server; /* NULL after the handle closed */
-        uv_pipe_t pipe;
-        uv_shutdown_t shutdown;
-        ControlPeer peer;
-        unsigned n_ref;
-        bool closing;       /* no more reading or writing */
-        bool shutting_down; /* flushing a last error before closing */
-        /* uv_now() by which a complete request line must have come; 0 while a request is open. */
-        uint64_t idle_deadline;
-        bool idle_grace;        /* the deadline passed with bytes unread, and got one more loop iteration */
-        bool evicted;           /* closed to make room for a newer connection of its uid (server_make_room) */
-        bool read_paused;       /* backpressure: the peer has CONTROL_READ_PAUSE unread */
-        size_t write_allowance; /* the most any of its requests may leave unread, beyond CONTROL_MAX_WRITE_QUEUE */
-        size_t n_open;          /* requests open */
-        size_t held;            /* the sum of their weights */
-        char *rbuf;
-        char *line; /* a partial line, waiting for its newline */
-        size_t line_len, line_alloc;
-        ControlRequest *requests;
-        ControlConnection *prev, *next;
-};
-
-struct ControlServer {
-        uv_loop_t *loop;
-        uv_pipe_t pipe;
-        char *path; /* the socket file we bound (NULL for a passed fd) */
-        dev_t dev;
-        ino_t ino;
-        const ControlMethod *methods;
-        size_t n_methods;
-        void *userdata;
-        ControlConnection *connections;
-        size_t n_connections;
-        size_t n_handles;
-        uv_timer_t idle_timer; /* fires at the earliest idle deadline */
-        uint64_t idle_timeout; /* msec */
-        uint64_t write_stall;  /* msec */
-        uid_t own_uid;
-        size_t n_evicting;  /* connections closed by server_make_room, until their close callback */
-        size_t held_others; /* the weights of the open requests of uids other than root and ours */
-        size_t freed;       /* held request memory freed since the last malloc_trim() */
-        bool closing;
-        bool limit_logged;
-};
 
 /* A line is written in pieces of this size, each its own uv_write, so that
  * the write-stall clock restarts at each piece the peer takes: a reader that
@@ -954,97 +832,6 @@ static void server_connection_cb(uv_stream_t *listener, int status) {
         }
 }
 
-static int sockaddr_fill(const char *path, struct sockaddr_un *ret, socklen_t *ret_len) {
-        size_t n = strlen(path);
-
-        if (n == 0)
-                return -EINVAL;
-        if (n >= sizeof ret->sun_path)
-                return -ENAMETOOLONG;
-        *ret = (struct sockaddr_un){ .sun_family = AF_UNIX };
-        memcpy(ret->sun_path, path, n + 1);
-        *ret_len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + n + 1);
-        return 0;
-}
-
-/* Makes path free for bind(): nothing there, or a stale socket (refusing
- * connections) that is removed. A socket somebody listens on is -EADDRINUSE,
- * anything else -EEXIST. */
-static int socket_path_prepare(const char *path, const struct sockaddr_un *sa, socklen_t sa_len) {
-        _cleanup_close_ int fd = -1;
-        struct stat st;
-
-        if (lstat(path, &st) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISSOCK(st.st_mode))
-                return -EEXIST;
-
-        /* Non-blocking: a live daemon with a full backlog answers EAGAIN instead of blocking us. */
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-        if (connect(fd, (const struct sockaddr *) sa, sa_len) == 0 || errno == EAGAIN || errno == EINPROGRESS)
-                return -EADDRINUSE;
-        if (errno != ECONNREFUSED)
-                return -errno;
-        if (unlink(path) < 0 && errno != ENOENT)
-                return -errno;
-        return 0;
-}
-
-/* Binds and listens on path: the mode, owner and group are set before
- * listen(), so no client can connect while the permissions are still wrong. */
-static int socket_bind_path(const char *path, const ControlSocketAccess *access, int *ret_fd, struct stat *ret_st) {
-        _cleanup_close_ int fd = -1;
-        struct sockaddr_un sa;
-        socklen_t sa_len;
-        struct stat st;
-        int r;
-
-        r = sockaddr_fill(path, &sa, &sa_len);
-        if (r < 0)
-                return r;
-        r = socket_path_prepare(path, &sa, sa_len);
-        if (r < 0)
-                return r;
-
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-        if (bind(fd, (const struct sockaddr *) &sa, sa_len) < 0)
-                return -errno;
-        /* chown first: it may clear bits that chmod set. */
-        if (((access->uid != (uid_t) -1 || access->gid != (gid_t) -1) && chown(path, access->uid, access->gid) < 0) ||
-            chmod(path, access->mode & 0777) < 0 || lstat(path, &st) < 0 || listen(fd, CONTROL_BACKLOG) < 0) {
-                r = -errno;
-                (void) unlink(path);
-                return r;
-        }
-        *ret_fd = TAKE_FD(fd);
-        *ret_st = st;
-        return 0;
-}
-
-/* A passed fd must be a Unix stream socket; we listen on a duplicate so the
- * caller's descriptor stays the caller's. */
-static int socket_dup_passed(int listen_fd, int *ret_fd) {
-        int type = 0, domain = 0, fd;
-        socklen_t len = sizeof type;
-
-        if (getsockopt(listen_fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-                return -errno;
-        len = sizeof domain;
-        if (getsockopt(listen_fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
-                return -errno;
-        if (type != SOCK_STREAM || domain != AF_UNIX)
-                return -EPROTOTYPE;
-        fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return -errno;
-        *ret_fd = fd;
-        return 0;
-}
-
 static void server_listener_close_cb(uv_handle_t *handle) {
         server_handle_closed(handle->data);
 }
@@ -1086,14 +873,14 @@ int control_server_new(uv_loop_t *loop, const char *path, int listen_fd, const C
         };
 
         if (listen_fd >= 0) {
-                r = socket_dup_passed(listen_fd, &fd);
+                r = control_socket_dup_passed(listen_fd, &fd);
                 if (r < 0)
                         return r;
         } else {
                 s->path = strdup(path);
                 if (!s->path)
                         return -ENOMEM;
-                r = socket_bind_path(path, access, &fd, &st);
+                r = control_socket_bind(path, access, &fd, &st);
                 if (r < 0)
                         return r;
                 s->dev = st.st_dev;

@@ -12,9 +12,6 @@
 #include "quirks.h"
 #include "util.h"
 
-/* While iopub has not delivered anything yet, a kernel_info_request goes out
- * again on each reply and, should one be lost, at this interval. */
-#define HANDSHAKE_RESEND_MSEC 250
 /* A kernel that has just answered an execute_request with an error aborts
  * execute_requests that reach it before it has finished aborting (ipykernel's
  * stop_on_error). Such a cell never ran, so it is sent again this many times. */
@@ -57,7 +54,7 @@ void exec_result_reply(const ExecResult *res, ReplyExecResult *ret) {
 
 /* ---- Cells ---- */
 
-static void queue_unlink(ExecQueue *q, ExecCell *cell) {
+void queue_unlink(ExecQueue *q, ExecCell *cell) {
         if (!cell->queued)
                 return;
         if (cell->prev)
@@ -97,7 +94,7 @@ static void touch(ExecQueue *q) {
 
 /* ---- The queue ---- */
 
-static void queue_advance(ExecQueue *q);
+void queue_advance(ExecQueue *q);
 static void settle_cb(uv_timer_t *t);
 static void run_mark_drop(ExecQueue *q);
 
@@ -116,7 +113,7 @@ static void count_answer(ExecCounters *m, const ExecCell *cell, ExecStatus statu
         }
 }
 
-static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message) {
+void cell_answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message) {
         ExecResult res = {
                 .status = status,
                 .execution_count = cell->execution_count,
@@ -135,7 +132,7 @@ static void answer(ExecCell *cell, ExecStatus status, const char *kernel_id, con
         cell_free(cell);
 }
 
-static void run_clear(ExecQueue *q) {
+void run_clear(ExecQueue *q) {
         q->run.msg_id[0] = '\0';
         q->run.cell = NULL;
         q->run.got_reply = q->run.got_idle = false;
@@ -346,7 +343,7 @@ static void answer_not_started(ExecQueue *q, ExecCell *cell, const char *why) {
                  format_duration(d, sizeof d, cell->opt.timeout), why);
         snprintf(note, sizeof note, "[not started: %s]\n", msg);
         cell_note(cell, note);
-        answer(cell, EXEC_NOT_STARTED, q->conn ? q->kernel_id : NULL, msg);
+        cell_answer(cell, EXEC_NOT_STARTED, q->conn ? q->kernel_id : NULL, msg);
 }
 
 static void timer_cb(uv_timer_t *t) {
@@ -386,7 +383,7 @@ static void timer_cb(uv_timer_t *t) {
                  "the kernel may still be running it",
                  format_duration(d, sizeof d, cell->opt.timeout), EXEC_INTERRUPT_GRACE_USEC / USEC_PER_SEC);
         q->run.cell = NULL;
-        answer(cell, EXEC_TIMEOUT, q->kernel_id, msg);
+        cell_answer(cell, EXEC_TIMEOUT, q->kernel_id, msg);
 }
 
 static int send_execute(ExecQueue *q, ExecCell *cell, char ret_msg_id[37]) {
@@ -438,7 +435,7 @@ static bool queue_can_start(const ExecQueue *q) {
         return q->conn && q->iopub_ready && !run_taken(q) && !q->died && !kernel_busy_other(q) && !q->ending;
 }
 
-static void queue_advance(ExecQueue *q) {
+void queue_advance(ExecQueue *q) {
         while (queue_can_start(q) && q->head) {
                 ExecCell *cell = q->head;
                 char msg[160];
@@ -449,7 +446,7 @@ static void queue_advance(ExecQueue *q) {
                 if (r >= 0)
                         return;
                 snprintf(msg, sizeof msg, "the cell could not be sent to the kernel: %s", strerror(-r));
-                answer(cell, EXEC_ABORTED, q->kernel_id, msg);
+                cell_answer(cell, EXEC_ABORTED, q->kernel_id, msg);
         }
         queue_gate(q);
         queue_update_busy(q);
@@ -517,113 +514,9 @@ static void run_finish(ExecQueue *q) {
                         message = msg;
                 } else
                         status = EXEC_ERROR;
-                answer(cell, status, q->kernel_id, message);
+                cell_answer(cell, status, q->kernel_id, message);
         }
         queue_advance(q);
-}
-
-/* ---- Kernel attach/detach ---- */
-
-static void handshake_send(ExecQueue *q) {
-        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), q->hs_msg_id) < 0)
-                q->hs_msg_id[0] = '\0';
-}
-
-static void hs_timer_cb(uv_timer_t *t) {
-        ExecQueue *q = t->data;
-
-        if (q->conn && !q->iopub_ready)
-                handshake_send(q);
-        else
-                (void) uv_timer_stop(t);
-}
-
-void exec_queue_detach(ExecQueue *q, const char *why) {
-        if (!q || !q->conn)
-                return;
-        q->conn = NULL;
-        q->iopub_ready = false;
-        q->hs_msg_id[0] = '\0';
-        (void) uv_timer_stop(&q->hs_timer);
-
-        if (q->run.cell && !q->died) {
-                q->died = q->run.cell;
-                free(q->died_why);
-                /* NULL: stopped on purpose (give_up), said so when answered. */
-                q->died_why = why ? strdup(why) : NULL;
-        }
-        run_clear(q);
-        kernel_clear(q);
-        q->kernel.gate_id[0] = '\0';
-        q->busy = false;
-}
-
-/* Answers the cell that was running when the kernel went away. */
-static void answer_died(ExecQueue *q, const char *kernel_id, const char *why_now) {
-        ExecCell *cell = q->died;
-        _cleanup_free_ char *why = TAKE_PTR(q->died_why);
-        char msg[512];
-
-        if (!cell)
-                return;
-        q->died = NULL;
-        if (kernel_id)
-                snprintf(msg, sizeof msg,
-                         "the kernel died while running the cell (%s); the context now runs kernel %s",
-                         why ?: "it exited", kernel_id);
-        else if (why)
-                snprintf(msg, sizeof msg, "the kernel died while running the cell (%s); the context has no kernel: %s",
-                         why, why_now ?: "it gave up");
-        else
-                snprintf(msg, sizeof msg, "the kernel was stopped while running the cell: %s", why_now ?: "stopped");
-        answer(cell, EXEC_DIED, kernel_id, msg);
-}
-
-void exec_queue_attach(ExecQueue *q, KernelConn *conn, const char *kernel_id) {
-        char *id;
-
-        if (!q || !conn)
-                return;
-        if (q->conn)
-                exec_queue_detach(q, "the kernel was replaced");
-        id = strdup(kernel_id ?: "");
-        if (!id)
-                return;
-        free(q->kernel_id);
-        q->kernel_id = id;
-        q->conn = conn;
-        q->iopub_ready = false;
-        q->no_execute_input = false;
-        q->ending = false;
-        kernel_clear(q);
-        q->kernel.gate_id[0] = '\0';
-        handshake_send(q);
-        (void) uv_timer_start(&q->hs_timer, hs_timer_cb, HANDSHAKE_RESEND_MSEC, HANDSHAKE_RESEND_MSEC);
-
-        answer_died(q, q->kernel_id, NULL);
-        queue_advance(q);
-}
-
-void exec_queue_give_up(ExecQueue *q, const char *why) {
-        size_t n;
-        char msg[512];
-
-        if (!q)
-                return;
-        if (q->conn) {
-                /* Not detached first: the kernel is being stopped under a running cell. */
-                exec_queue_detach(q, NULL);
-        }
-        /* Cells queued from inside on_done go to the next kernel: answer only those waiting now. */
-        n = q->n_pending;
-        answer_died(q, NULL, why);
-        snprintf(msg, sizeof msg, "the cell did not run: %s", why ?: "the context has no kernel");
-        for (; n > 0 && q->head; n--) {
-                ExecCell *cell = q->head;
-
-                queue_unlink(q, cell);
-                answer(cell, EXEC_ABORTED, NULL, msg);
-        }
 }
 
 /* ---- Messages from the kernel ---- */
@@ -938,16 +831,16 @@ void exec_queue_free(ExecQueue *q) {
         (void) uv_timer_stop(&q->hs_timer);
         if ((cell = q->died)) {
                 q->died = NULL;
-                answer(cell, EXEC_ABORTED, NULL, msg);
+                cell_answer(cell, EXEC_ABORTED, NULL, msg);
         }
         if ((cell = q->run.cell)) {
                 q->run.cell = NULL;
-                answer(cell, EXEC_ABORTED, q->kernel_id, msg);
+                cell_answer(cell, EXEC_ABORTED, q->kernel_id, msg);
         }
         run_clear(q);
         while ((cell = q->head)) {
                 queue_unlink(q, cell);
-                answer(cell, EXEC_ABORTED, NULL, msg);
+                cell_answer(cell, EXEC_ABORTED, NULL, msg);
         }
         uv_close((uv_handle_t *) &q->timer, queue_handle_closed);
         uv_close((uv_handle_t *) &q->hs_timer, queue_handle_closed);

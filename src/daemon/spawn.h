@@ -6,22 +6,12 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "user.h"
+
 /* Raises our RLIMIT_NOFILE soft limit to the hard limit, remembering the
  * original, which every kernel gets back (select() in a kernel breaks beyond
  * 1024 descriptors). */
 void spawn_raise_nofile(void);
-
-/* A resolved identity for the child. */
-typedef struct SpawnUser {
-        bool change; /* false: keep the daemon's identity */
-        uid_t uid;
-        gid_t gid;
-        gid_t *groups; /* supplementary groups, from getgrouplist */
-        int n_groups;
-        char *name;
-        char *home;
-        char *shell;
-} SpawnUser;
 
 /* Resolves user (a name or a numeric uid) and group (name or gid; NULL: the
  * user's primary group) with getpwnam_r/getgrnam_r/getgrouplist. user NULL:

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "spawn.h"
+#include "user.h"
 
 typedef enum Channel {
         CHANNEL_SHELL,

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "spawn.h"
+#include "user.h"
 
 /* Writes len bytes of data to the absolute path atomically: a temporary file created with O_EXCL beside it,
  * fchmod to mode, fsync, rename over path (a symbolic link at path is replaced, never followed), fsync of the
