@@ -99,6 +99,9 @@ def test(tap):
     tap.eq(r["status"], "ok", "a (ipykernel) holds a variable")
     r = harness.run_cell(d.context("b")["connection_file"], "secret_b = 'kept-b'")
     tap.eq(r["status"], "ok", "b (ipykernel) holds a variable")
+    # The daemon sees an outside client's cell end on iopub, after the client had its reply: the snapshot waits
+    # for that, or it may catch a or b busy (one fresh-clone run did).
+    d.wait_all_ready(["a", "b"])
 
     # -- A new file + reload: the context starts, nobody else is touched.
     before = d.snapshot()
