@@ -324,6 +324,12 @@ json_t *client_seconds_json(usec_t u) {
         return u % USEC_PER_SEC == 0 ? json_integer((json_int_t) (u / USEC_PER_SEC)) : json_real(client_seconds(u));
 }
 
+int client_set_timeout(json_t *params, usec_t timeout) {
+        if (timeout == USEC_INFINITY)
+                return 0;
+        return json_object_set_new(params, "timeout", client_seconds_json(timeout)) < 0 ? -ENOMEM : 0;
+}
+
 /* For check and wait, which must outlive the daemon they ask: connects (retrying while the daemon is away),
  * sends method with params (borrowed) and "timeout" set to what is left of total, and asks again a successor
  * daemon when the connection drops before the answer. */

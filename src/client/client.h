@@ -36,6 +36,8 @@ static inline double client_seconds(usec_t u) {
 }
 /* A timeout for a request's params: whole seconds as an integer, else a real. New; NULL on ENOMEM. */
 json_t *client_seconds_json(usec_t u);
+/* Sets params.timeout to timeout, none when USEC_INFINITY (the daemon's default then): 0, or -ENOMEM. */
+int client_set_timeout(json_t *params, usec_t timeout);
 
 /* The daemon's answer: its result, or its error. Owned; freed by client_reply_done(). */
 typedef struct ClientReply {

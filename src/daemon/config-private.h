@@ -135,7 +135,11 @@ typedef struct Parser {
 
 extern const ConfigKey config_keys[_KEY_MAX];
 
-/* config.c */
+/* config-keys.c */
+/* The key of that name in a section of that kind ([defaults] has a context's keys), or NULL. */
+const ConfigKey *config_key_find(SectionKind kind, const char *key);
+void context_config_done(ContextConfig *cc);
+void parser_done(Parser *p);
 /* Records the first error. Returns r, so callers can "return parser_fail(...)". */
 _printf_(3, 4) int parser_fail(Parser *p, int r, const char *fmt, ...);
 size_t value_size(ValueType t);

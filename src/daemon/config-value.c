@@ -1,4 +1,4 @@
-/* The parsers of single configuration values: see config-value.h. */
+/* The parsers of single configuration values, and the names of restart policies: see config-value.h. */
 
 #include <ctype.h>
 #include <errno.h>
@@ -183,6 +183,25 @@ int parse_argv(const char *value, void *data, const char **ret_reason) {
                         return r;
         }
         return 0;
+}
+
+static const char *const restart_policy_table[_RESTART_POLICY_MAX] = {
+        [RESTART_ALWAYS] = "always",
+        [RESTART_ON_FAILURE] = "on-failure",
+        [RESTART_NO] = "no",
+};
+
+const char *restart_policy_to_string(RestartPolicy p) {
+        if ((unsigned) p >= _RESTART_POLICY_MAX)
+                return NULL;
+        return restart_policy_table[p];
+}
+
+int restart_policy_from_string(const char *s) {
+        for (int i = 0; s && i < _RESTART_POLICY_MAX; i++)
+                if (streq(restart_policy_table[i], s))
+                        return i;
+        return -EINVAL;
 }
 
 int parse_restart(const char *value, void *data, const char **ret_reason) {

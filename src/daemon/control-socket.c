@@ -50,8 +50,6 @@ static int socket_path_prepare(const char *path, const struct sockaddr_un *sa, s
         return 0;
 }
 
-/* Binds and listens on path: the mode, owner and group are set before
- * listen(), so no client can connect while the permissions are still wrong. */
 int control_socket_bind(const char *path, const ControlSocketAccess *access, int *ret_fd, struct stat *ret_st) {
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa;
@@ -83,8 +81,6 @@ int control_socket_bind(const char *path, const ControlSocketAccess *access, int
         return 0;
 }
 
-/* A passed fd must be a Unix stream socket; we listen on a duplicate so the
- * caller's descriptor stays the caller's. */
 int control_socket_dup_passed(int listen_fd, int *ret_fd) {
         int type = 0, domain = 0, fd;
         socklen_t len = sizeof type;

@@ -9,6 +9,26 @@
 #include "exec-cell.h"
 #include "util.h"
 
+/* ---- Requests of ours ---- */
+
+/* Every request of ours goes out here, and its id is remembered: iopub
+ * status messages are told apart by it. */
+int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+        char id[37];
+        int r;
+
+        if (q->hooks.send)
+                r = q->hooks.send(q->userdata, channel, msg_type, content, id);
+        else
+                r = kernel_conn_send(q->conn, channel, msg_type, content, id);
+        if (r < 0)
+                return r;
+        memcpy(q->own_ids[q->n_own++ % OWN_IDS], id, sizeof id);
+        if (ret_msg_id)
+                memcpy(ret_msg_id, id, sizeof id);
+        return r;
+}
+
 /* ---- What the kernel is busy with ---- */
 
 void kernel_clear(ExecQueue *q) {

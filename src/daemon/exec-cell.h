@@ -151,11 +151,12 @@ struct ExecCell {
  * again on each reply and, should one be lost, at this interval. */
 #define HANDSHAKE_RESEND_MSEC 250
 
-/* exec.c */
-/* Sends a request of ours on the kernel (remembered in own_ids); ret_msg_id (may be NULL) gets its id. */
-int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
 /* The execute_request slot is taken (a cell of ours is on the kernel, or was and the kernel is not done). */
-bool run_taken(const ExecQueue *q);
+static inline bool run_taken(const ExecQueue *q) {
+        return q->run.msg_id[0] != '\0';
+}
+
+/* exec.c */
 /* Answers cell (its sink's on_done) and frees it; the queue must no longer hold it. */
 void cell_answer(ExecCell *cell, ExecStatus status, const char *kernel_id, const char *message);
 /* Starts the next queued cell when the kernel can take it. */
@@ -163,12 +164,12 @@ void queue_advance(ExecQueue *q);
 void queue_unlink(ExecQueue *q, ExecCell *cell);
 /* Forgets the running request: no cell of ours runs, no reply of it is awaited. */
 void run_clear(ExecQueue *q);
-
-/* exec-kernel.c */
 /* Asks the kernel for its kernel_info, the handshake before the first cell goes out. */
 void handshake_send(ExecQueue *q);
 
 /* exec-activity.c */
+/* Sends a request of ours on the kernel (remembered in own_ids); ret_msg_id (may be NULL) gets its id. */
+int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]);
 void kernel_clear(ExecQueue *q);
 void kernel_on_iopub(ExecQueue *q, const char *type, const JupyterMsg *msg);
 void kernel_on_reply(ExecQueue *q, const char *parent);

@@ -10,11 +10,6 @@
 
 /* ---- Kernel attach/detach ---- */
 
-void handshake_send(ExecQueue *q) {
-        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), q->hs_msg_id) < 0)
-                q->hs_msg_id[0] = '\0';
-}
-
 static void hs_timer_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
 

@@ -150,28 +150,6 @@ void run_clear(ExecQueue *q) {
         (void) uv_timer_stop(&q->resend);
 }
 
-bool run_taken(const ExecQueue *q) {
-        return q->run.msg_id[0] != '\0';
-}
-
-/* Every request of ours goes out here, and its id is remembered: iopub
- * status messages are told apart by it. */
-int queue_send(ExecQueue *q, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
-        char id[37];
-        int r;
-
-        if (q->hooks.send)
-                r = q->hooks.send(q->userdata, channel, msg_type, content, id);
-        else
-                r = kernel_conn_send(q->conn, channel, msg_type, content, id);
-        if (r < 0)
-                return r;
-        memcpy(q->own_ids[q->n_own++ % OWN_IDS], id, sizeof id);
-        if (ret_msg_id)
-                memcpy(ret_msg_id, id, sizeof id);
-        return r;
-}
-
 static void settle_start(ExecQueue *q) {
         if (uv_is_active((uv_handle_t *) &q->settle))
                 return;
@@ -534,6 +512,11 @@ static void run_on_exit_asked(ExecQueue *q, ExecCell *cell, const JupyterMsg *ms
                 q->ending = true;
         if (q->hooks.exit_asked)
                 q->hooks.exit_asked(q->userdata, q->run.msg_id, asked > 0);
+}
+
+void handshake_send(ExecQueue *q) {
+        if (queue_send(q, CHANNEL_SHELL, "kernel_info_request", json_object(), q->hs_msg_id) < 0)
+                q->hs_msg_id[0] = '\0';
 }
 
 void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg) {

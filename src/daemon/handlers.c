@@ -27,14 +27,6 @@ typedef struct Method {
         MethodFlags flags;
 } Method;
 
-#define N_METHODS 14 /* the rows of methods[] */
-
-struct Handlers {
-        HandlersHost host;
-        struct Waiter *waiters;           /* control requests waiting for a state */
-        ControlMethod control[N_METHODS]; /* the table as the control server takes it: every row dispatched here */
-};
-
 /* A control request waiting for something to happen. */
 typedef enum WaitFor {
         WAIT_READY,   /* start, restart: the context ready (or failing) */
@@ -57,21 +49,6 @@ typedef struct Waiter {
         uv_timer_t timer;
 } Waiter;
 
-/* ---- Lookup and visibility ---- */
-
-static Context *find(Handlers *h, const char *name) {
-        return h->host.find(h->host.userdata, name);
-}
-
-/* Root and the daemon's own uid: they see every context and the daemon-wide metrics. */
-static bool peer_privileged(const ControlPeer *peer) {
-        return peer->uid == 0 || peer->uid == getuid();
-}
-
-bool handlers_peer_sees(const ControlPeer *peer, const Context *c) {
-        return peer_privileged(peer) || context_uid(c) == peer->uid;
-}
-
 /* ---- Replies (reply.h) ---- */
 
 /* The contexts named (NULL or empty: all the peer sees), their status in a new array of *ret_n. */
@@ -85,7 +62,7 @@ static ReplyContext *contexts_reply(Handlers *h, json_t *names, const ControlPee
                 return NULL;
         if (json_array_size(names) > 0) {
                 json_array_foreach(names, i, v) {
-                        Context *c = find(h, json_string_value(v));
+                        Context *c = handlers_find(h, json_string_value(v));
                         if (c)
                                 context_reply(c, &list[n++]);
                 }
@@ -271,7 +248,7 @@ static void waiter_step(Handlers *h, Waiter *w) {
                 size_t i;
                 json_t *v;
                 json_array_foreach(w->names, i, v) {
-                        Context *c = find(h, json_string_value(v));
+                        Context *c = handlers_find(h, json_string_value(v));
                         if (c && !state_is_up(context_state(c)))
                                 return;
                 }
@@ -346,7 +323,7 @@ static int request_names(Handlers *h, ControlRequest *req, json_t *params, json_
                         control_request_error(req, RPC_INVALID_PARAMS, NULL, "contexts must be an array of names");
                         return -1;
                 }
-                c = find(h, json_string_value(v));
+                c = handlers_find(h, json_string_value(v));
                 /* Another uid's context is answered as a missing one, so no name can be probed. */
                 if (!c || !handlers_peer_sees(control_request_peer(req), c)) {
                         control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s",
@@ -379,7 +356,7 @@ static void method_metrics(ControlRequest *req, json_t *params, void *userdata) 
         MetricsDaemon d = {};
 
         h->host.metrics(h->host.userdata, &d);
-        d.privileged = peer_privileged(peer);
+        d.privileged = handlers_peer_privileged(peer);
         for (size_t i = 0; seen && i < n_all; i++)
                 if (handlers_peer_sees(peer, all[i]))
                         seen[n++] = all[i];
@@ -498,29 +475,6 @@ static void method_kernels(ControlRequest *req, json_t *params, void *userdata) 
                 control_request_error(req, RPC_INTERNAL_ERROR, NULL, "cannot list the kernelspecs: %s",
                                       uv_strerror(r));
         }
-}
-
-/* The context named in params, answering the request with an error when
- * there is none or the peer may not touch it. */
-Context *handlers_request_context(Handlers *h, ControlRequest *req, json_t *params) {
-        const char *name = json_string_value(json_object_get(params, "context"));
-        Context *c;
-
-        if (!name) {
-                control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.context must be a context name");
-                return NULL;
-        }
-        c = find(h, name);
-        /* Another uid's context is answered as a missing one, so no name can be probed. */
-        if (!c || !handlers_peer_sees(control_request_peer(req), c)) {
-                control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
-                return NULL;
-        }
-        if (h->host.stopping(h->host.userdata)) {
-                control_request_error(req, KS_ERR_FAILED, NULL, "kernelsupd is shutting down");
-                return NULL;
-        }
-        return c;
 }
 
 /* params.timeout in seconds into *ret: def_sec when absent; more than 0;
@@ -745,7 +699,7 @@ static void method_add(ControlRequest *req, json_t *params, void *userdata) {
                                              "invalid context name %s: a name starting with '.' would be a hidden "
                                              "file, which contexts_dir ignores",
                                              name);
-        if (find(h, name))
+        if (handlers_find(h, name))
                 return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
         if (env && !json_is_array(env))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env must be an array of K=V strings");
@@ -820,7 +774,7 @@ static void remove_answer(Handlers *h, ControlRequest *req, usec_t timeout, Cont
 
         /* The reload kept c when it still finds it by its name; else c was removed, and stays valid while the
          * loop does not run. */
-        if (find(h, context_name(c)) == c || context_state(c) == CONTEXT_STOPPED)
+        if (handlers_find(h, context_name(c)) == c || context_state(c) == CONTEXT_STOPPED)
                 return control_request_reply(req, report);
         w = waiter_add(h, req, c, WAIT_REMOVED, timeout ?: remove_timeout(c));
         if (w)
@@ -849,7 +803,7 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         /* A bad timeout is refused before anything is removed; 0 stands for "none given". */
         if (request_timeout(req, params, 0, &timeout) < 0)
                 return;
-        c = find(h, name);
+        c = handlers_find(h, name);
         if (!c)
                 return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
         cc = context_config(c);
@@ -901,7 +855,7 @@ _Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of m
 static bool peer_may_configure(ControlRequest *req) {
         const ControlPeer *peer = control_request_peer(req);
 
-        if (peer_privileged(peer))
+        if (handlers_peer_privileged(peer))
                 return true;
         control_request_error(req, KS_ERR_PERMISSION, NULL,
                               "permission denied: only root may change the configuration");

@@ -118,7 +118,7 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         if (!params)
                 /* jansson takes only UTF-8. */
                 return client_fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
-        if (set_timeout(params, o->timeout) < 0)
+        if (client_set_timeout(params, o->timeout) < 0)
                 return client_fail(EXIT_FAILED, "out of memory.");
         /* Without a cell timeout the cell may run for ever, and so may we. */
         wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;

@@ -63,13 +63,6 @@ static json_t *names_json(char **args, unsigned n_args) {
         return TAKE_PTR(names);
 }
 
-/* Sets params.timeout to a timeout given on the command line. */
-int set_timeout(json_t *params, usec_t timeout) {
-        if (timeout == USEC_INFINITY)
-                return 0;
-        return json_object_set_new(params, "timeout", client_seconds_json(timeout)) < 0 ? -ENOMEM : 0;
-}
-
 /* How long a verb waits: --timeout when given, else its own default. */
 static usec_t timeout_or(const Options *o, usec_t fallback) {
         return o->timeout != USEC_INFINITY ? o->timeout : fallback;
@@ -126,7 +119,7 @@ static int action_call(const Options *o, const char *method, const char *name, j
         wait = timeout == USEC_INFINITY ? STOP_WAIT_USEC : timeout + CLIENT_REPLY_GRACE_USEC;
 
         params = json_pack("{s:s}", "context", name);
-        if (!params || set_timeout(params, timeout) < 0)
+        if (!params || client_set_timeout(params, timeout) < 0)
                 return client_fail(EXIT_FAILED, "out of memory.");
         r = client_call(o->socket, method, TAKE_PTR(params), wait, &result);
         if (r != EXIT_OK)

@@ -27,8 +27,5 @@ typedef struct Options {
         unsigned n_env;
 } Options;
 
-/* Sets params.timeout to a timeout given on the command line (none when USEC_INFINITY): 0, or -ENOMEM. */
-int set_timeout(json_t *params, usec_t timeout);
-
 /* kernelctl-exec.c: exec CONTEXT [CODE|-]. args[0] names the context (checked by the dispatcher). */
 int cmd_exec(const Options *o, char **args, unsigned n_args);
