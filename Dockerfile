@@ -22,7 +22,7 @@ RUN autoreconf -fi \
 FROM debian:12
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libuv1 libsystemd0 libjansson4 libinih1 libzmq5 libssl3 python3-ipykernel \
+      libuv1 libsystemd0 libjansson4 libinih1 libssl3 python3-ipykernel \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/sbin/kernelsupd /usr/sbin/kernelsupd
 COPY --from=build /out/usr/bin/kernelctl /usr/bin/kernelctl

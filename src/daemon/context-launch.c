@@ -509,8 +509,7 @@ static void context_launched(Context *c) {
         context_set_state(c, CONTEXT_STARTING);
 
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
-                            &c->conn);
+        r = kernel_conn_new(c->host->loop, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
         if (r < 0) {
                 log_error_errno(r, "%s: cannot connect to the kernel: %m", c->name);
                 free(c->pending_error);

@@ -190,8 +190,7 @@ int context_adopt(Context *c) {
                  c->st.kernel_id, (int) pid, (unsigned long long) c->st.incarnation);
         context_set_state(c, CONTEXT_STARTING);
         c->max_message = exec_message_bound(c->cfg->output_limit);
-        r = kernel_conn_new(c->host->loop, c->host->zmq, &c->st.conn, c->max_message, &context_conn_callbacks, c,
-                            &c->conn);
+        r = kernel_conn_new(c->host->loop, &c->st.conn, c->max_message, &context_conn_callbacks, c, &c->conn);
         if (r < 0) {
                 c->pending_error = strdup("cannot connect to the adopted kernel's ports");
                 (void) kill(-pid, SIGKILL);

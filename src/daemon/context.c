@@ -289,9 +289,9 @@ static void conn_on_iopub(KernelConn *conn, const JupyterMsg *msg, void *userdat
                 context_shutdown_acked(c);
 }
 
-/* The kernel answered after some of its connections were dropped: it is alive, so they were dropped for a
- * message over the bound (or broke), which is worth a warning. One that is dying (its exit is not handled yet but
- * its pidfd says so) closed them by exiting. */
+/* The kernel answered after messages on some of its connections were lost: it is alive, so they were lost for a
+ * message over the bound (or a connection broke), which is worth a warning. One that is dying (its exit is not handled
+ * yet but its pidfd says so) closed them by exiting. */
 static void dropped_say(Context *c) {
         struct pollfd pfd = { .fd = c->pidfd, .events = POLLIN };
 
@@ -299,8 +299,8 @@ static void dropped_say(Context *c) {
                 return;
         for (Channel ch = 0; ch < _CHANNEL_MAX; ch++)
                 if (c->dropped_unsaid & (1u << ch))
-                        log_warning("%s: the kernel's %s connection was dropped (a message of more than %zu bytes, "
-                                    "or it broke); connected again",
+                        log_warning("%s: a message on the kernel's %s connection was lost (one of more than %zu "
+                                    "bytes, read past, or the connection broke and was made again)",
                                     c->name, channel_to_string(ch), c->max_message);
         c->dropped_unsaid = 0;
 }
@@ -320,14 +320,14 @@ static void conn_on_hb(KernelConn *conn, void *userdata) {
         c->host->heartbeat(c->host->userdata, c);
 }
 
-/* libzmq dropped a connection, most likely for a message over the bound:
+/* A message of the kernel was lost, over the bound or with a broken connection:
  * the running cell is told, and the queue makes sure of the kernel's state. */
 static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         Context *c = userdata;
 
         /* A kernel that exits closes them all, also one killed while it should be running: the warning waits
          * until the kernel answers its heartbeat again (dropped_say), and its exit forgets it. */
-        log_debug("%s: the kernel's %s connection was dropped", c->name, channel_to_string(channel));
+        log_debug("%s: a message on the kernel's %s connection was lost", c->name, channel_to_string(channel));
         if (c->state != CONTEXT_STOPPING)
                 c->dropped_unsaid |= 1u << channel;
         if (channel == CHANNEL_IOPUB && c->state != CONTEXT_STOPPING)

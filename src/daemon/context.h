@@ -24,7 +24,6 @@ typedef struct PreloadPool PreloadPool;
  * reload); the rest stays as it was at the first context_new. */
 typedef struct ContextHost {
         uv_loop_t *loop;
-        void *zmq;                   /* the one libzmq context, for the kernel connections */
         int state_dirfd;             /* where contexts/NAME.json is kept */
         const char *state_dir;       /* its path, for messages */
         const char *runtime_dir;     /* below it: kernels/NAME/, and the ipc sockets' directory */

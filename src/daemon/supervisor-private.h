@@ -19,7 +19,6 @@
 
 struct Supervisor {
         uv_loop_t *loop;
-        void *zmq;      /* the one libzmq context */
         Config *config; /* owned */
         int state_dirfd;
         int lock_fd;            /* flock(LOCK_EX) on state_dir/lock: one daemon per state_dir */

@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "context.h"
 #include "control.h"
@@ -439,7 +438,7 @@ int supervisor_block_signals(void) {
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
         sigaddset(&set, SIGHUP);
-        /* Before any thread exists (libzmq's), so every thread inherits the mask. */
+        /* Before any thread exists (libuv's pool), so every thread inherits the mask. */
         return sigprocmask(SIG_BLOCK, &set, NULL) < 0 ? -errno : 0;
 }
 
@@ -640,16 +639,8 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                 goto err;
         }
 
-        s->zmq = zmq_ctx_new();
-        if (!s->zmq) {
-                r = -errno;
-                goto err;
-        }
-        /* Four sockets per kernel: libzmq's default of 1023 sockets would cap us near 250 contexts. */
-        (void) zmq_ctx_set(s->zmq, ZMQ_MAX_SOCKETS, 65535);
         s->host = (ContextHost){
                 .loop = loop,
-                .zmq = s->zmq,
                 .state_dirfd = s->state_dirfd,
                 .state_dir = config->state_dir,
                 .runtime_dir = config->runtime_dir,
@@ -760,8 +751,6 @@ void supervisor_free(Supervisor *s) {
         free(s->default_runtime_dir);
         free(s->default_state_dir);
         free(s->default_contexts_dir);
-        if (s->zmq)
-                zmq_ctx_term(s->zmq);
         if (s->state_dirfd >= 0)
                 close(s->state_dirfd);
         if (s->lock_fd >= 0)

@@ -11,37 +11,22 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
-#include <zmq.h>
 
 #include "jupyter.h"
 #include "macro.h"
 #include "util.h"
+#include "zmtp.h"
 
 #define DELIM_LEN (sizeof(JUPYTER_DELIM) - 1)
 #define SIG_HEX_LEN 64
 
-/* Frames kept per received message: routing identities (iopub topics), the
- * delimiter, the signature, four dicts and some buffers. Frames past this
- * are received and released unread; only buffers can be there in a
- * well-formed message, and buffers are ignored anyway. */
-#define RECV_MAX_FRAMES 32
-
-/* Messages handled on one socket per wake-up before yielding to the rest of
- * the loop, so a kernel flooding iopub cannot starve the other kernels; and
- * bytes, since parsing a message costs in proportion to its size (64 stream
- * messages of a MiB each would hold the loop for seconds). */
-#define DRAIN_BUDGET 64
-#define DRAIN_BUDGET_BYTES ((size_t) 4 << 20)
-
-/* The heartbeat only echoes our 8-byte pings. */
+/* The heartbeat only echoes our 8-byte pings: an echo's frames may add up to this. */
 #define HB_MAX_MESSAGE 4096
 
-/* How soon libzmq tries a connect again that found no listener (libzmq adds up
- * to as much again at random). We connect as the kernel is launched, before it
- * binds: with libzmq's default of 100 ms, 100-200 ms passed between a kernel
- * binding its ports and our connecting to them, most of what a preloaded
- * kernel's start took. The price: a kernel that never binds costs the daemon
- * ~0.4% of a core (0.1% with the default) until its start_timeout. */
+/* How soon a connect that found no listener is tried again. We connect as the kernel is launched, before it
+ * binds: libzmq's default of 100 ms made 100-200 ms pass between a kernel binding its ports and our connecting
+ * to them, most of what a preloaded kernel's start took. The price: a kernel that never binds costs the daemon
+ * ~0.4% of a core until its start_timeout. */
 #define RECONNECT_IVL_MSEC 10
 
 /* ---- The pure layer. ---- */
@@ -346,8 +331,8 @@ int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, c
 
 /* ---- KernelConn. ---- */
 
-/* The sockets we open, in the order of KernelConn.sock[] and .poll[]. stdin
- * is not connected: we never allow input requests. */
+/* The kernel's sockets we connect to, in the order of KernelConn.link[]. stdin is not connected: we never allow
+ * input requests. */
 enum {
         SOCK_SHELL,
         SOCK_CONTROL,
@@ -358,62 +343,318 @@ enum {
 
 static const struct {
         Channel channel;
-        int type;
+        const char *type; /* our ZMTP Socket-Type */
+        ZmtpKeep keep;
 } sock_table[_SOCK_MAX] = {
-        [SOCK_SHELL] = { CHANNEL_SHELL, ZMQ_DEALER },
-        [SOCK_CONTROL] = { CHANNEL_CONTROL, ZMQ_DEALER },
-        [SOCK_IOPUB] = { CHANNEL_IOPUB, ZMQ_SUB },
+        [SOCK_SHELL] = { CHANNEL_SHELL, "DEALER", ZMTP_KEEP_JUPYTER },
+        [SOCK_CONTROL] = { CHANNEL_CONTROL, "DEALER", ZMTP_KEEP_JUPYTER },
+        [SOCK_IOPUB] = { CHANNEL_IOPUB, "SUB", ZMTP_KEEP_JUPYTER },
         /* The kernel's hb echoes what it gets: ipykernel's is a ROUTER echo, IRkernel's and tslab's a REP. A
          * REQ that missed a reply is stuck in its state machine; a DEALER never is, and echoes are matched by
          * payload. A DEALER must then send the empty delimiter frame a REQ would: a REP drops a message
          * without it. */
-        [SOCK_HB] = { CHANNEL_HB, ZMQ_DEALER },
+        [SOCK_HB] = { CHANNEL_HB, "DEALER", ZMTP_KEEP_FIRST },
 };
+
+/* What one socket may have waiting to go out (requests sent before the connection is up, or that the kernel
+ * does not read): beyond it kernel_conn_send says -EAGAIN. A request is at most a cell of 256 KiB. */
+#define SEND_QUEUE_MAX ((size_t) 16 << 20)
+
+/* Where the bytes read from any kernel go before the reader takes them (it copies what it keeps): one buffer
+ * for every connection of the thread's loop, since each read is consumed before the next one starts. */
+#define READ_BUFFER_SIZE ((size_t) 64 << 10)
+
+typedef struct Link {
+        KernelConn *c;
+        union {
+                uv_handle_t handle;
+                uv_stream_t stream;
+                uv_tcp_t tcp;
+                uv_pipe_t pipe;
+        } h;
+        bool h_init;    /* h is initialised and its close callback has not run */
+        bool connected; /* our greeting and READY went out */
+        bool up;        /* the kernel's READY came: messages may go out */
+        bool at_once;   /* once h is closed, connect again without waiting */
+        uv_connect_t connect;
+        uv_timer_t retry;
+        ZmtpReader reader;
+        uint8_t *pending; /* whole messages written while not up, sent once connected */
+        size_t n_pending;
+} Link;
 
 struct KernelConn {
         uv_loop_t *loop;
-        void *sock[_SOCK_MAX];
-        uv_poll_t poll[_SOCK_MAX];
-        bool poll_init[_SOCK_MAX];
-        /* Runs a drain on the next loop iteration after a send: a send makes
-         * libzmq process its command mailbox, which can consume the ZMQ_FD
-         * edge of a message that arrived meanwhile. Also resumes a drain that
-         * ran out of budget. */
-        uv_idle_t idle;
-        bool idle_init;
+        Link link[_SOCK_MAX];
         unsigned n_open_handles; /* initialised handles whose close callback has not run yet */
 
         KernelConnCallbacks cb;
         void *userdata;
         char key[KEY_HEX_LEN + 1];
         char session[37];
+        size_t max_message;
 
-        /* PAIR sockets reading each socket's monitor (ZMQ_EVENT_DISCONNECTED):
-         * libzmq does not reconnect after a frame over ZMQ_MAXMSGSIZE, we do. */
-        void *mon[_SOCK_MAX];
-        uv_poll_t mon_poll[_SOCK_MAX];
-        bool mon_poll_init[_SOCK_MAX];
+        bool ipc;
+        union {
+                struct sockaddr_storage tcp;
+                char path[UNIX_PATH_MAX_LEN + 1];
+        } addr[_SOCK_MAX];
 
-        uint64_t hb_last; /* payload of the latest ping */
-        bool hb_waiting;  /* the latest ping has not been echoed yet */
-        char hb_endpoint[sizeof "ipc://" + UNIX_PATH_MAX_LEN + 1 + sizeof "-65535"];
+        uint64_t hb_last;  /* payload of the latest ping */
+        bool hb_waiting;   /* the latest ping has not been echoed yet */
         unsigned hb_fresh; /* connections opened anew after a missed beat */
         unsigned dropped;
         unsigned reconnects;
         bool closing;
 };
 
+/* One write: the frames of a message (or the greeting and READY), copied. */
+typedef struct WriteReq {
+        uv_write_t req;
+        Link *link;
+        size_t len;
+        uint8_t data[];
+} WriteReq;
+
+static const ZmtpSink link_sink;
+static void link_broken(Link *l);
+
+static size_t link_index(const Link *l) {
+        return (size_t) (l - l->c->link);
+}
+
 static void conn_free(KernelConn *c) {
+        for (size_t i = 0; i < _SOCK_MAX; i++) {
+                zmtp_reader_reset(&c->link[i].reader);
+                free(c->link[i].pending);
+        }
         explicit_bzero(c->key, sizeof c->key);
         free(c);
 }
 
+/* Every handle's data is its Link. */
 static void on_handle_closed(uv_handle_t *h) {
-        KernelConn *c = h->data;
+        Link *l = h->data;
+        KernelConn *c = l->c;
 
-        if (--c->n_open_handles == 0)
+        if (--c->n_open_handles == 0 && c->closing)
                 conn_free(c);
 }
+
+static void link_connect(Link *l);
+
+static void on_retry(uv_timer_t *t) {
+        link_connect(t->data);
+}
+
+/* The stream is closed: connect again, at once after a missed beat, else after RECONNECT_IVL_MSEC. */
+static void on_stream_closed(uv_handle_t *h) {
+        Link *l = h->data;
+        KernelConn *c = l->c;
+
+        l->h_init = false;
+        /* Closing: the last handle frees c. Else the retry timer is open, so c stays. */
+        if (c->closing)
+                return on_handle_closed(h);
+        c->n_open_handles--;
+        if (l->at_once) {
+                l->at_once = false;
+                link_connect(l);
+        } else
+                (void) uv_timer_start(&l->retry, on_retry, RECONNECT_IVL_MSEC, 0);
+}
+
+/* Ends the link's connection (or its attempt); a new one follows. */
+static void link_close(Link *l) {
+        l->up = l->connected = false;
+        zmtp_reader_reset(&l->reader);
+        if (l->h_init && !uv_is_closing(&l->h.handle))
+                uv_close(&l->h.handle, on_stream_closed);
+}
+
+/* A connection that was up broke, or the kernel sent what is no ZMTP: counted and told, then made again. */
+static void link_broken(Link *l) {
+        KernelConn *c = l->c;
+
+        if (!l->connected)
+                return link_close(l);
+        link_close(l);
+        c->reconnects++;
+        if (c->cb.on_dropped)
+                c->cb.on_dropped(c, sock_table[link_index(l)].channel, c->userdata);
+}
+
+static void on_write(uv_write_t *req, int status) {
+        WriteReq *w = (WriteReq *) req;
+        Link *l = w->link;
+
+        free(w);
+        if (status < 0 && status != UV_ECANCELED && !l->c->closing)
+                link_broken(l);
+}
+
+/* Writes p[0..len) on the connection. */
+static int link_write(Link *l, const uint8_t *p, size_t len) {
+        WriteReq *w = malloc(sizeof *w + len);
+        uv_buf_t b;
+        int r;
+
+        if (!w)
+                return -ENOMEM;
+        w->link = l;
+        w->len = len;
+        memcpy(w->data, p, len);
+        b = uv_buf_init((char *) w->data, (unsigned) len);
+        r = uv_write(&w->req, &l->h.stream, &b, 1, on_write);
+        if (r < 0)
+                free(w);
+        return r;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret) {
+        static _Thread_local char buf[READ_BUFFER_SIZE];
+
+        *ret = uv_buf_init(buf, sizeof buf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+        Link *l = s->data;
+        int r;
+
+        if (n == 0 || l->c->closing)
+                return;
+        if (n < 0)
+                return link_broken(l);
+        r = zmtp_reader_feed(&l->reader, buf->base, (size_t) n);
+        /* -ECANCELED: a callback closed the connection. */
+        if (r < 0 && r != -ECANCELED && !l->c->closing)
+                link_broken(l);
+}
+
+/* Connected: our greeting and READY go out. libzmq takes no message before it has sent its own READY (it drops
+ * the connection for one), so what waits is sent when the kernel's READY comes (link_on_command). */
+static void on_connected(uv_connect_t *req, int status) {
+        Link *l = req->data;
+        size_t idx = link_index(l);
+        uint8_t hello[ZMTP_GREETING_SIZE + 64];
+        int r;
+
+        if (status == UV_ECANCELED || l->c->closing)
+                return;
+        if (status < 0)
+                return link_close(l);
+        zmtp_greeting(hello);
+        r = zmtp_ready(sock_table[idx].type, hello + ZMTP_GREETING_SIZE, sizeof hello - ZMTP_GREETING_SIZE);
+        if (r < 0)
+                return link_close(l);
+        zmtp_reader_init(&l->reader, sock_table[idx].keep, idx == SOCK_HB ? HB_MAX_MESSAGE : l->c->max_message,
+                         &link_sink, l);
+        if (link_write(l, hello, ZMTP_GREETING_SIZE + (size_t) r) < 0 ||
+            uv_read_start(&l->h.stream, on_alloc, on_read) < 0)
+                return link_close(l);
+        l->connected = true;
+}
+
+/* The kernel's READY: the subscription to everything (iopub), then what was sent meanwhile. */
+static int link_on_command(void *userdata, const char *name, const uint8_t *data, size_t len) {
+        static const uint8_t subscribe_all[] = { 0, 1, 1 }; /* ZMTP 3.0's: a message of 1 and no prefix */
+        Link *l = userdata;
+
+        if (!streq(name, "READY") || l->up)
+                return 0;
+        l->up = true;
+        if ((link_index(l) == SOCK_IOPUB && link_write(l, subscribe_all, sizeof subscribe_all) < 0) ||
+            (l->n_pending > 0 && link_write(l, l->pending, l->n_pending) < 0)) {
+                link_broken(l);
+                return -ECANCELED;
+        }
+        free(l->pending);
+        l->pending = NULL;
+        l->n_pending = 0;
+        return 0;
+}
+
+static void link_connect(Link *l) {
+        KernelConn *c = l->c;
+        size_t idx = link_index(l);
+        int r;
+
+        if (c->closing || l->h_init)
+                return;
+        r = c->ipc ? uv_pipe_init(c->loop, &l->h.pipe, 0) : uv_tcp_init(c->loop, &l->h.tcp);
+        if (r < 0) {
+                (void) uv_timer_start(&l->retry, on_retry, RECONNECT_IVL_MSEC, 0);
+                return;
+        }
+        l->h.handle.data = l;
+        l->h_init = true;
+        c->n_open_handles++;
+        l->connect.data = l;
+        if (c->ipc) {
+                uv_pipe_connect(&l->connect, &l->h.pipe, c->addr[idx].path, on_connected);
+                return;
+        }
+        (void) uv_tcp_nodelay(&l->h.tcp, 1);
+        r = uv_tcp_connect(&l->connect, &l->h.tcp, (const struct sockaddr *) &c->addr[idx].tcp, on_connected);
+        if (r < 0)
+                link_close(l);
+}
+
+static int conn_dispatch_hb(KernelConn *c, const void *const *frames, const size_t *lens, size_t n) {
+        /* The echo of [delimiter, payload]; a kernel that echoes only the last frame is answered too. */
+        const void *payload = frames[n - 1];
+
+        /* Echoes of older pings are late, not wrong: they are ignored, not counted. */
+        if (n < 1 || n > 2 || (n == 2 && lens[0] != 0) || lens[n - 1] != sizeof c->hb_last ||
+            memcmp(payload, &c->hb_last, sizeof c->hb_last) != 0 || !c->hb_waiting)
+                return 0;
+        c->hb_waiting = false;
+        if (c->cb.on_hb)
+                c->cb.on_hb(c, c->userdata);
+        return 0;
+}
+
+static int link_on_message(void *userdata, const void *const *frames, const size_t *lens, size_t n, size_t n_total) {
+        Link *l = userdata;
+        KernelConn *c = l->c;
+        size_t idx = link_index(l);
+        JupyterMsg msg;
+
+        if (idx == SOCK_HB) {
+                if (n == n_total && n > 0)
+                        (void) conn_dispatch_hb(c, frames, lens, n);
+                return c->closing ? -ECANCELED : 0;
+        }
+        if (jupyter_msg_parse(frames, lens, n, c->key, &msg) < 0) {
+                c->dropped++;
+                if (c->cb.on_unreadable)
+                        c->cb.on_unreadable(c, sock_table[idx].channel, c->userdata);
+                return c->closing ? -ECANCELED : 0;
+        }
+        if (idx == SOCK_IOPUB) {
+                if (c->cb.on_iopub)
+                        c->cb.on_iopub(c, &msg, c->userdata);
+        } else if (c->cb.on_reply)
+                c->cb.on_reply(c, sock_table[idx].channel, &msg, c->userdata);
+        jupyter_msg_done(&msg);
+        return c->closing ? -ECANCELED : 0;
+}
+
+/* A message whose envelope and dicts came to more than max_message: read past, never held, and told. */
+static int link_on_oversized(void *userdata) {
+        Link *l = userdata;
+        KernelConn *c = l->c;
+
+        if (link_index(l) != SOCK_HB && c->cb.on_dropped)
+                c->cb.on_dropped(c, sock_table[link_index(l)].channel, c->userdata);
+        return c->closing ? -ECANCELED : 0;
+}
+
+static const ZmtpSink link_sink = {
+        .message = link_on_message,
+        .oversized = link_on_oversized,
+        .command = link_on_command,
+};
 
 void kernel_conn_close(KernelConn *c) {
         if (!c || c->closing)
@@ -421,287 +662,36 @@ void kernel_conn_close(KernelConn *c) {
         c->closing = true;
 
         for (size_t i = 0; i < _SOCK_MAX; i++) {
-                /* Stop polling the fd before libzmq closes it: uv_close takes the
-                 * fd out of epoll at once, zmq_close hands it to the reaper thread. */
-                if (c->poll_init[i])
-                        uv_close((uv_handle_t *) &c->poll[i], on_handle_closed);
-                if (c->mon_poll_init[i])
-                        uv_close((uv_handle_t *) &c->mon_poll[i], on_handle_closed);
-                /* Stop the monitor while our PAIR still reads it: libzmq sends
-                 * monitor events blocking, holding a lock that stopping takes,
-                 * and a PAIR without its peer never takes them (a deadlock). */
-                if (c->sock[i])
-                        (void) zmq_socket_monitor(c->sock[i], NULL, 0);
-                if (c->mon[i]) {
-                        (void) zmq_close(c->mon[i]);
-                        c->mon[i] = NULL;
-                }
-                if (c->sock[i]) {
-                        (void) zmq_close(c->sock[i]);
-                        c->sock[i] = NULL;
-                }
-        }
-        if (c->idle_init)
-                uv_close((uv_handle_t *) &c->idle, on_handle_closed);
+                Link *l = &c->link[i];
 
-        if (c->n_open_handles == 0)
-                conn_free(c);
-}
-
-/* Whether the next frame received after parts[0..n) is kept: up to RECV_MAX_FRAMES, and none after the
- * signature and four dicts that follow a delimiter (a message's buffers are never read). *delim is the
- * delimiter's index once seen, SIZE_MAX before. */
-static bool frame_kept(const zmq_msg_t *parts, size_t n, size_t *delim) {
-        zmq_msg_t *last = n > 0 ? (zmq_msg_t *) &parts[n - 1] : NULL;
-
-        if (*delim == SIZE_MAX && last && zmq_msg_size(last) == DELIM_LEN &&
-            memcmp(zmq_msg_data(last), JUPYTER_DELIM, DELIM_LEN) == 0)
-                *delim = n - 1;
-        if (n >= RECV_MAX_FRAMES)
-                return false;
-        return *delim == SIZE_MAX || n <= *delim + 5;
-}
-
-/* Receives one whole multipart message without blocking. -EAGAIN when none is queued. A frame not kept (a
- * buffer) is released as soon as it is read: libzmq has the whole message already (it hands over none before
- * its last frame), but what the daemon holds while it parses is the envelope and the dicts alone. */
-static int sock_recv(void *sock, zmq_msg_t parts[RECV_MAX_FRAMES], size_t *ret_n) {
-        size_t n = 0, delim = SIZE_MAX;
-        bool more = true;
-
-        while (more) {
-                zmq_msg_t extra, *m = frame_kept(parts, n, &delim) ? &parts[n] : &extra;
-
-                zmq_msg_init(m);
-                if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
-                        int e = zmq_errno();
-
-                        zmq_msg_close(m);
-                        /* libzmq delivers multipart messages atomically, so a
-                         * signal inside one is retried; before the first frame
-                         * EINTR, like EAGAIN, means "look again later". */
-                        if (e == EINTR && n > 0)
-                                continue;
-                        for (size_t i = 0; i < n && i < RECV_MAX_FRAMES; i++)
-                                zmq_msg_close(&parts[i]);
-                        return e == EINTR ? -EAGAIN : -e;
-                }
-                more = zmq_msg_more(m);
-                if (m == &extra)
-                        zmq_msg_close(m);
-                else
-                        n++;
-        }
-
-        *ret_n = n;
-        return 0;
-}
-
-static void conn_dispatch_hb(KernelConn *c, zmq_msg_t *parts, size_t n) {
-        /* The echo of [delimiter, payload]; a kernel that echoes only the last frame is answered too. */
-        const zmq_msg_t *payload = &parts[n - 1];
-
-        /* Echoes of older pings are late, not wrong: they are ignored, not counted. */
-        if (n < 1 || n > 2 || (n == 2 && zmq_msg_size(&parts[0]) != 0) || zmq_msg_size(payload) != sizeof c->hb_last ||
-            memcmp(zmq_msg_data((zmq_msg_t *) payload), &c->hb_last, sizeof c->hb_last) != 0 || !c->hb_waiting)
-                return;
-        c->hb_waiting = false;
-        if (c->cb.on_hb)
-                c->cb.on_hb(c, c->userdata);
-}
-
-static void conn_dispatch(KernelConn *c, size_t idx, zmq_msg_t *parts, size_t n) {
-        const void *frames[RECV_MAX_FRAMES];
-        size_t lens[RECV_MAX_FRAMES];
-        JupyterMsg msg;
-        int r;
-
-        if (idx == SOCK_HB) {
-                conn_dispatch_hb(c, parts, n);
-                return;
-        }
-
-        for (size_t i = 0; i < n; i++) {
-                frames[i] = zmq_msg_data(&parts[i]);
-                lens[i] = zmq_msg_size(&parts[i]);
-        }
-        r = jupyter_msg_parse(frames, lens, n, c->key, &msg);
-        if (r < 0) {
-                c->dropped++;
-                if (c->cb.on_unreadable)
-                        c->cb.on_unreadable(c, sock_table[idx].channel, c->userdata);
-                return;
-        }
-
-        if (idx == SOCK_IOPUB) {
-                if (c->cb.on_iopub)
-                        c->cb.on_iopub(c, &msg, c->userdata);
-        } else if (c->cb.on_reply)
-                c->cb.on_reply(c, sock_table[idx].channel, &msg, c->userdata);
-        jupyter_msg_done(&msg);
-}
-
-/* Handles what is queued on one socket, up to a budget. ZMQ_FD only says
- * "something changed" and is edge-triggered: reading ZMQ_EVENTS re-arms it,
- * and we must go on until ZMQ_POLLIN is clear or no new edge will come.
- * Returns true when messages are left because the budget ran out. */
-static bool conn_drain(KernelConn *c, size_t idx) {
-        size_t bytes = 0;
-
-        for (unsigned k = 0; k < DRAIN_BUDGET && bytes < DRAIN_BUDGET_BYTES; k++) {
-                zmq_msg_t parts[RECV_MAX_FRAMES];
-                size_t size = sizeof(int), n = 0;
-                int events = 0;
-
-                /* A callback may have closed the connection: the sockets are gone. */
-                if (c->closing)
-                        return false;
-                if (zmq_getsockopt(c->sock[idx], ZMQ_EVENTS, &events, &size) < 0) {
-                        /* EINTR: a signal came while libzmq processed its mailbox; look again later. */
-                        return zmq_errno() == EINTR;
-                }
-                if (!(events & ZMQ_POLLIN))
-                        return false;
-                if (sock_recv(c->sock[idx], parts, &n) < 0)
-                        continue; /* EAGAIN despite POLLIN, or EINTR: ZMQ_EVENTS decides */
-
-                conn_dispatch(c, idx, parts, n);
-                for (size_t i = 0; i < n; i++) {
-                        bytes += zmq_msg_size(&parts[i]);
-                        zmq_msg_close(&parts[i]);
-                }
-        }
-        return !c->closing;
-}
-
-static void on_idle(uv_idle_t *h) {
-        KernelConn *c = h->data;
-        bool again = false;
-
-        (void) uv_idle_stop(h);
-        for (size_t i = 0; i < _SOCK_MAX && !c->closing; i++)
-                again |= conn_drain(c, i);
-        if (again && !c->closing)
-                (void) uv_idle_start(h, on_idle);
-}
-
-static void conn_schedule_drain(KernelConn *c) {
-        /* Starting an active idle handle is a no-op, so many sends make one drain. */
-        (void) uv_idle_start(&c->idle, on_idle);
-}
-
-static void on_poll(uv_poll_t *h, int status, int events) {
-        KernelConn *c = h->data;
-        size_t idx = (size_t) (h - c->poll);
-
-        /* Errors on libzmq's signalling fd cannot be acted upon; ZMQ_EVENTS tells the truth either way. */
-        if (conn_drain(c, idx))
-                conn_schedule_drain(c);
-}
-
-/* A connection of socket idx was dropped (endpoint: the frame libzmq sent,
- * not NUL-terminated): connect it again, since after a protocol error (a
- * frame over ZMQ_MAXMSGSIZE) libzmq 4.3 gives the endpoint up. */
-static void conn_reconnect(KernelConn *c, size_t idx, const void *endpoint, size_t len) {
-        char ep[512];
-
-        if (len == 0 || len >= sizeof ep)
-                return;
-        memcpy(ep, endpoint, len);
-        ep[len] = '\0';
-        (void) zmq_disconnect(c->sock[idx], ep);
-        (void) zmq_connect(c->sock[idx], ep);
-        c->reconnects++;
-        if (c->cb.on_dropped)
-                c->cb.on_dropped(c, sock_table[idx].channel, c->userdata);
-}
-
-/* Handles the monitor events queued for socket idx: two frames each, the
- * event (u16 id, u32 value) and the endpoint. */
-static void conn_drain_monitor(KernelConn *c, size_t idx) {
-        for (unsigned k = 0; k < DRAIN_BUDGET && !c->closing; k++) {
-                zmq_msg_t parts[RECV_MAX_FRAMES];
-                size_t size = sizeof(int), n = 0;
-                int events = 0;
-                uint16_t event;
-
-                if (zmq_getsockopt(c->mon[idx], ZMQ_EVENTS, &events, &size) < 0 || !(events & ZMQ_POLLIN))
-                        return;
-                if (sock_recv(c->mon[idx], parts, &n) < 0)
-                        continue;
-                if (n == 2 && zmq_msg_size(&parts[0]) == 6) {
-                        memcpy(&event, zmq_msg_data(&parts[0]), sizeof event);
-                        if (event == ZMQ_EVENT_DISCONNECTED)
-                                conn_reconnect(c, idx, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]));
-                }
-                for (size_t i = 0; i < n; i++)
-                        zmq_msg_close(&parts[i]);
+                l->up = l->connected = false;
+                if (l->h_init && !uv_is_closing(&l->h.handle))
+                        uv_close(&l->h.handle, on_handle_closed);
+                uv_close((uv_handle_t *) &l->retry, on_handle_closed);
         }
 }
 
-static void on_monitor_poll(uv_poll_t *h, int status, int events) {
-        KernelConn *c = h->data;
+/* Where socket idx of the kernel at ci is: a Unix socket "<ip>-<port>", or ip:port. */
+static int conn_address(KernelConn *c, const ConnectionInfo *ci, size_t idx) {
+        unsigned port = ci->ports[sock_table[idx].channel];
+        int k;
 
-        conn_drain_monitor(c, (size_t) (h - c->mon_poll));
+        if (c->ipc) {
+                k = snprintf(c->addr[idx].path, sizeof c->addr[idx].path, "%s-%u", ci->ip, port);
+                return k < 0 || (size_t) k >= sizeof c->addr[idx].path ? -EINVAL : 0;
+        }
+        if (uv_ip4_addr(ci->ip, (int) port, (struct sockaddr_in *) &c->addr[idx].tcp) == 0)
+                return 0;
+        return uv_ip6_addr(ci->ip, (int) port, (struct sockaddr_in6 *) &c->addr[idx].tcp) == 0 ? 0 : -EINVAL;
 }
 
-/* Watches fd for reading with h, a handle of c's: once it is initialised
- * (*init set), c's close path closes it, and c's memory waits for it. */
-static int conn_poll_start(KernelConn *c, uv_poll_t *h, bool *init, int fd, uv_poll_cb cb) {
-        int r = uv_poll_init(c->loop, h, fd);
-
-        if (r < 0)
-                return r;
-        h->data = c;
-        *init = true;
-        c->n_open_handles++;
-        return uv_poll_start(h, UV_READABLE, cb);
-}
-
-/* Watches socket idx for dropped connections through an inproc monitor. */
-static int conn_monitor(KernelConn *c, void *zmq_ctx, size_t idx) {
-        static unsigned long seq;
-        const int linger = 0;
-        char addr[64];
-        size_t size;
-        int fd, r;
-
-        snprintf(addr, sizeof addr, "inproc://kernelsup-monitor-%d-%lu", (int) getpid(), ++seq);
-        if (zmq_socket_monitor(c->sock[idx], addr, ZMQ_EVENT_DISCONNECTED) < 0)
-                return -zmq_errno();
-        c->mon[idx] = zmq_socket(zmq_ctx, ZMQ_PAIR);
-        size = sizeof fd;
-        if (!c->mon[idx] || zmq_setsockopt(c->mon[idx], ZMQ_LINGER, &linger, sizeof linger) < 0 ||
-            zmq_connect(c->mon[idx], addr) < 0 || zmq_getsockopt(c->mon[idx], ZMQ_FD, &fd, &size) < 0)
-                return -zmq_errno();
-        r = conn_poll_start(c, &c->mon_poll[idx], &c->mon_poll_init[idx], fd, on_monitor_poll);
-        if (r < 0)
-                return r;
-        /* Until a read has found the queue empty, libzmq does not signal ZMQ_FD for a new message. */
-        conn_drain_monitor(c, idx);
-        return 0;
-}
-
-/* Bounds what one socket can make us hold: a frame over max (0: none) drops
- * the connection, and libzmq queues few messages before it stops reading. */
-static int sock_set_limits(void *sock, size_t idx, size_t max) {
-        const int64_t maxmsg = idx == SOCK_HB ? HB_MAX_MESSAGE : max > 0 ? (int64_t) max : -1;
-        const int hwm = KERNEL_CONN_RCVHWM;
-
-        if (zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) < 0 ||
-            zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm) < 0)
-                return -zmq_errno();
-        return 0;
-}
-
-int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, size_t max_message,
-                    const KernelConnCallbacks *cb, void *userdata, KernelConn **ret) {
+int kernel_conn_new(uv_loop_t *loop, const ConnectionInfo *ci, size_t max_message, const KernelConnCallbacks *cb,
+                    void *userdata, KernelConn **ret) {
         KernelConn *c = NULL;
         unsigned char addr[sizeof(struct in6_addr)];
-        bool ipv6 = false;
         int r;
 
-        if (!loop || !zmq_ctx || !ci || !ret)
+        if (!loop || !ci || !ret)
                 return -EINVAL;
         if (memchr(ci->ip, '\0', sizeof ci->ip) == NULL || memchr(ci->key, '\0', sizeof ci->key) == NULL)
                 return -EINVAL;
@@ -711,11 +701,8 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, si
                         return -EINVAL;
         } else if (ci->transport != TRANSPORT_TCP)
                 return -EINVAL;
-        else if (inet_pton(AF_INET, ci->ip, addr) != 1) {
-                if (inet_pton(AF_INET6, ci->ip, addr) != 1)
-                        return -EINVAL;
-                ipv6 = true;
-        }
+        else if (inet_pton(AF_INET, ci->ip, addr) != 1 && inet_pton(AF_INET6, ci->ip, addr) != 1)
+                return -EINVAL;
         for (size_t i = 0; i < _SOCK_MAX; i++)
                 if (ci->ports[sock_table[i].channel] == 0)
                         return -EINVAL;
@@ -729,65 +716,71 @@ int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, si
                 c->cb = *cb;
         strcpy(c->key, ci->key);
         uuid_random(c->session);
-
+        c->max_message = max_message;
+        c->ipc = ci->transport == TRANSPORT_IPC;
         for (size_t i = 0; i < _SOCK_MAX; i++) {
-                /* No lingering: a request to a dead kernel is worth nothing, and
-                 * zmq_ctx_term must not wait for it. */
-                const int linger = 0, one = 1, reconnect = RECONNECT_IVL_MSEC;
-                /* Not ZMQ_IMMEDIATE (0 is the default, set to say so): the first
-                 * request is usually sent before the kernel has bound its ports;
-                 * it must wait in the pipe and go out when the connect succeeds. */
-                const int immediate = 0;
-                char endpoint[sizeof "ipc://" + sizeof ci->ip + sizeof "-65535"];
-                int fd;
-                size_t size = sizeof fd;
-
-                c->sock[i] = zmq_socket(zmq_ctx, sock_table[i].type);
-                if (!c->sock[i]) {
-                        r = -zmq_errno();
-                        goto fail;
+                r = conn_address(c, ci, i);
+                if (r < 0) {
+                        conn_free(c);
+                        return r;
                 }
-                if (zmq_setsockopt(c->sock[i], ZMQ_LINGER, &linger, sizeof linger) < 0 ||
-                    zmq_setsockopt(c->sock[i], ZMQ_IMMEDIATE, &immediate, sizeof immediate) < 0 ||
-                    zmq_setsockopt(c->sock[i], ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect) < 0 ||
-                    (ipv6 && zmq_setsockopt(c->sock[i], ZMQ_IPV6, &one, sizeof one) < 0) ||
-                    (sock_table[i].type == ZMQ_SUB && zmq_setsockopt(c->sock[i], ZMQ_SUBSCRIBE, "", 0) < 0)) {
-                        r = -zmq_errno();
-                        goto fail;
-                }
-                r = sock_set_limits(c->sock[i], i, max_message);
-                if (r >= 0)
-                        r = conn_monitor(c, zmq_ctx, i);
-                if (r < 0)
-                        goto fail;
-                r = connection_endpoint(ci, sock_table[i].channel, endpoint, sizeof endpoint);
-                if (r < 0)
-                        goto fail;
-                if (i == SOCK_HB)
-                        snprintf(c->hb_endpoint, sizeof c->hb_endpoint, "%s", endpoint);
-                if (zmq_connect(c->sock[i], endpoint) < 0 || zmq_getsockopt(c->sock[i], ZMQ_FD, &fd, &size) < 0) {
-                        r = -zmq_errno();
-                        goto fail;
-                }
-
-                r = conn_poll_start(c, &c->poll[i], &c->poll_init[i], fd, on_poll);
-                if (r < 0)
-                        goto fail;
         }
 
-        r = uv_idle_init(loop, &c->idle);
-        if (r < 0)
-                goto fail;
-        c->idle.data = c;
-        c->idle_init = true;
-        c->n_open_handles++;
+        for (size_t i = 0; i < _SOCK_MAX; i++) {
+                Link *l = &c->link[i];
+
+                l->c = c;
+                (void) uv_timer_init(loop, &l->retry); /* it cannot fail */
+                l->retry.data = l;
+                c->n_open_handles++;
+                link_connect(l);
+        }
 
         *ret = c;
         return 0;
+}
 
-fail:
-        /* Handles already initialised are freed from their close callbacks, on the next loop run. */
-        kernel_conn_close(c);
+/* Sends the frames of one message: headers and parts into one buffer, written at once, or kept for the
+ * connection when it is not up yet. */
+static int link_send(Link *l, const void *const *parts, const size_t *lens, size_t n) {
+        size_t total = 0, o = 0;
+        uint8_t *buf;
+        int r;
+
+        for (size_t i = 0; i < n; i++)
+                total += ZMTP_HEADER_MAX + lens[i];
+        if ((l->up ? uv_stream_get_write_queue_size(&l->h.stream) : l->n_pending) + total > SEND_QUEUE_MAX)
+                return -EAGAIN;
+        buf = malloc(total);
+        if (!buf)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                o += zmtp_header(i + 1 < n ? ZMTP_FLAG_MORE : 0, lens[i], buf + o);
+                memcpy(buf + o, parts[i], lens[i]);
+                o += lens[i];
+        }
+        if (l->up) {
+                r = link_write(l, buf, o);
+                free(buf);
+                return r;
+        }
+        r = l->pending ? -ENOMEM : 0;
+        if (!l->pending) {
+                l->pending = buf;
+                l->n_pending = o;
+                return 0;
+        }
+        {
+                uint8_t *p = realloc(l->pending, l->n_pending + o);
+
+                if (p) {
+                        memcpy(p + l->n_pending, buf, o);
+                        l->pending = p;
+                        l->n_pending += o;
+                        r = 0;
+                }
+        }
+        free(buf);
         return r;
 }
 
@@ -795,7 +788,7 @@ int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_
         json_auto_t *owned = content;
         _cleanup_(jupyter_frames_donep) JupyterFrames f = {};
         JupyterMsg m;
-        void *sock;
+        Link *l;
         int r;
 
         if (!c || !msg_type)
@@ -803,9 +796,9 @@ int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_
         if (c->closing)
                 return -ESHUTDOWN;
         if (channel == CHANNEL_SHELL)
-                sock = c->sock[SOCK_SHELL];
+                l = &c->link[SOCK_SHELL];
         else if (channel == CHANNEL_CONTROL)
-                sock = c->sock[SOCK_CONTROL];
+                l = &c->link[SOCK_CONTROL];
         else
                 return -EINVAL;
 
@@ -818,63 +811,40 @@ int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_
         jupyter_msg_done(&m);
         if (r < 0)
                 return r;
-
-        /* libzmq queues a multipart message atomically: when the first frame is
-         * accepted the rest are too, so EAGAIN (queue full) can only come first. */
-        for (size_t i = 0; i < ELEMENTSOF(f.part); i++) {
-                int flags = ZMQ_DONTWAIT | (i + 1 < ELEMENTSOF(f.part) ? ZMQ_SNDMORE : 0);
-
-                while (zmq_send(sock, f.part[i], f.len[i], flags) < 0) {
-                        if (zmq_errno() == EINTR)
-                                continue;
-                        r = -zmq_errno();
-                        conn_schedule_drain(c);
-                        return r;
-                }
-        }
-
-        conn_schedule_drain(c);
-        return 0;
+        return link_send(l, (const void *const *) f.part, f.len, ELEMENTSOF(f.part));
 }
 
 int kernel_conn_ping(KernelConn *c) {
+        Link *l;
         uint64_t payload;
+        int r;
 
         if (!c)
                 return -EINVAL;
         if (c->closing)
                 return -ESHUTDOWN;
+        l = &c->link[SOCK_HB];
 
         /* A beat went unanswered: the next goes over a new connection, as jupyter_client's heartbeat opens a
          * new socket then, so that a peer that lost its state with us (a REP that took a frame it could not
          * answer) gets a clean one, and nothing queued on the old one is sent late. */
-        if (c->hb_waiting && c->hb_endpoint[0]) {
-                (void) zmq_disconnect(c->sock[SOCK_HB], c->hb_endpoint);
-                (void) zmq_connect(c->sock[SOCK_HB], c->hb_endpoint);
+        if (c->hb_waiting) {
+                free(l->pending);
+                l->pending = NULL;
+                l->n_pending = 0;
+                if (l->h_init) {
+                        l->at_once = true;
+                        link_close(l);
+                }
                 c->hb_fresh++;
         }
         payload = c->hb_last + 1;
-        /* libzmq queues a multipart message atomically: once the delimiter is accepted, so is the payload. */
-        while (zmq_send(c->sock[SOCK_HB], "", 0, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
-                int e = zmq_errno();
-
-                if (e == EINTR)
-                        continue;
-                conn_schedule_drain(c);
-                return -e;
-        }
-        while (zmq_send(c->sock[SOCK_HB], &payload, sizeof payload, ZMQ_DONTWAIT) < 0) {
-                int e = zmq_errno();
-
-                if (e == EINTR)
-                        continue;
-                conn_schedule_drain(c);
-                return -e;
-        }
+        r = link_send(l, (const void *const[]){ "", &payload }, (const size_t[]){ 0, sizeof payload }, 2);
+        if (r < 0)
+                return r;
         /* Only the latest ping counts: an echo of an older one proves less. */
         c->hb_last = payload;
         c->hb_waiting = true;
-        conn_schedule_drain(c);
         return 0;
 }
 

@@ -1,7 +1,8 @@
-/* The Jupyter wire protocol (messaging spec 5.3) over libzmq, in two layers:
+/* The Jupyter wire protocol (messaging spec 5.3), in two layers:
  *  - pure: build, sign (HMAC-SHA256), serialise, parse and verify messages;
- *  - KernelConn: DEALER sockets to shell and control, SUB to iopub and a
- *    DEALER to the heartbeat, driven by a libuv loop through ZMQ_FD. */
+ *  - KernelConn: ZMTP 3.0 (zmtp.h) over libuv streams to the kernel's libzmq, as DEALER to shell and control,
+ *    SUB to iopub and DEALER to the heartbeat. Not libzmq: it hands over a message only whole, buffers and all,
+ *    so a kernel could make us hold any amount; our reader skips what it does not keep as it streams past. */
 #pragma once
 
 #include <jansson.h>
@@ -71,10 +72,6 @@ int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, c
 
 typedef struct KernelConn KernelConn;
 
-/* Messages libzmq queues per socket before it stops reading from the kernel
- * (which then queues, and drops on iopub past its own high-water mark). */
-#define KERNEL_CONN_RCVHWM 1
-
 typedef struct KernelConnCallbacks {
         /* A verified reply on shell or control (channel says which). msg is
          * borrowed for the call. */
@@ -83,25 +80,22 @@ typedef struct KernelConnCallbacks {
         void (*on_iopub)(KernelConn *c, const JupyterMsg *msg, void *userdata);
         /* The heartbeat echoed a ping sent with kernel_conn_ping. */
         void (*on_hb)(KernelConn *c, void *userdata);
-        /* The connection of channel was dropped: libzmq closes it when the
-         * kernel sends a frame larger than max_message (ZMQ_MAXMSGSIZE, so
-         * that frame is never held in memory), or when the connection broke.
-         * It is made again at once (a SUB subscribes again); what the kernel
-         * published on iopub meanwhile is lost, and so are the replies to
-         * requests sent on shell or control before. May be NULL. */
+        /* A message on channel was lost: its envelope and dicts came to more than max_message (read past,
+         * never held), or the connection broke (it is made again after RECONNECT_IVL_MSEC, a SUB subscribes
+         * again; what the kernel published on iopub meanwhile is lost, and so are the replies to requests
+         * sent on shell or control before). May be NULL. */
         void (*on_dropped)(KernelConn *c, Channel channel, void *userdata);
         /* A message on channel failed verification or could not be parsed (its header, its signature) and was
          * dropped (and counted). May be NULL. */
         void (*on_unreadable)(KernelConn *c, Channel channel, void *userdata);
 } KernelConnCallbacks;
 
-/* Connects (libzmq connects lazily and retries on its own) to the kernel at
- * ci, over its transport (tcp, or ipc: the Unix sockets "<ip>-<port>").
- * zmq_ctx is the daemon's one context. max_message bounds the size of one
- * frame received on shell, control and iopub (0: no bound); a larger one
- * drops the connection, see on_dropped. A message is received whole, so it
- * is held in memory at most KERNEL_CONN_RCVHWM + 2 times (libzmq's queue, the
- * one being decoded, the one being handled). Callbacks run from the loop,
+/* Connects to the kernel at ci, over its transport (tcp, or ipc: the Unix sockets "<ip>-<port>"), and goes on
+ * trying while nobody listens. max_message bounds what one message received on shell, control and iopub may
+ * make us hold (0: no bound): the delimiter, signature and four dicts together; the frames before the
+ * delimiter and the buffers after the dicts are never held, whatever their number and size. A message over
+ * it is read past and dropped, see on_dropped. Per connection at most one message is held while it is read,
+ * and the bytes read are parsed as they come: nothing else queues. Callbacks run from the loop,
  * never from inside a kernel_conn_* call. Messages that fail verification
  * are dropped (and counted). -EINVAL for a bad ip (for ipc: a path that is
  * not absolute) or a zero port. On a
@@ -112,8 +106,8 @@ typedef struct KernelConnCallbacks {
  * the SUB's subscription has reached the kernel: as jupyter_client does,
  * repeat kernel_info_request until an iopub message arrives before relying
  * on iopub output. */
-int kernel_conn_new(uv_loop_t *loop, void *zmq_ctx, const ConnectionInfo *ci, size_t max_message,
-                    const KernelConnCallbacks *cb, void *userdata, KernelConn **ret);
+int kernel_conn_new(uv_loop_t *loop, const ConnectionInfo *ci, size_t max_message, const KernelConnCallbacks *cb,
+                    void *userdata, KernelConn **ret);
 
 /* Sends a request on CHANNEL_SHELL or CHANNEL_CONTROL. content is stolen.
  * ret_msg_id (37 bytes), when not NULL, receives the request's msg_id to
@@ -132,9 +126,9 @@ unsigned kernel_conn_hb_fresh(const KernelConn *c);
 
 /* Counts of messages dropped for a bad signature or a bad format. */
 unsigned kernel_conn_dropped(const KernelConn *c);
-/* Counts of connections dropped (see on_dropped), all channels. */
+/* Counts of connections that broke (see on_dropped), all channels. */
 unsigned kernel_conn_reconnects(const KernelConn *c);
 
-/* Closes the sockets (linger 0) and stops watching them; the memory is
- * freed after the last uv_close callback. No callback runs after this. */
+/* Closes the connections (what was not written yet is dropped); the memory is freed after the last uv_close
+ * callback. No callback runs after this. */
 void kernel_conn_close(KernelConn *c);

@@ -119,7 +119,7 @@ def test_flood_client(tap, d):
     tap.eq(res["status"], "ok", "100 MiB in one write by a jupyter_client: the cell ran")
     tap.eq(len(res["stdout"]), 100 * MiB, "the client got all of it (the bound is the daemon's, not the kernel's)")
     check_bound(tap, d, "100 MiB in one write through a jupyter_client")
-    d.wait_log("the kernel's iopub connection was dropped", mark)
+    d.wait_log("a message on the kernel's iopub connection was lost", mark)
     tap.ok(True, "the daemon logged the dropped message")
     tap.eq(d.context("other")["state"], "ready", "the context is ready after the client's flood")
     r = d.ctl("exec", "other", "print('still')")
@@ -135,7 +135,7 @@ def test_flood_client_chunked(tap, d):
     tap.eq((res["status"], len(res["stdout"])), ("ok", 100 * MiB),
            "chunked: 100 MiB in one write by a jupyter_client, all of it received")
     check_bound(tap, d, "100 MiB in one write through a jupyter_client, chunked")
-    tap.ok("connection was dropped" not in d.log_since(mark), "chunked: no message over the bound, nothing dropped")
+    tap.ok("connection was lost" not in d.log_since(mark), "chunked: no message over the bound, nothing dropped")
 
 
 def test_late_interrupt(tap, d):

@@ -69,7 +69,6 @@ typedef struct World {
         uv_loop_t loop;
         uv_timer_t safety;
         bool timed_out;
-        void *zmq;
         ExecQueue *q;
 
         pid_t pid; /* the current kernel's, 0 when none */

@@ -21,7 +21,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "config.h"
 #include "connfile.h"
@@ -44,7 +43,6 @@ typedef struct Event {
 /* The test's host: one loop, the contexts, what the callbacks saw. */
 typedef struct World {
         uv_loop_t loop;
-        void *zmq;
         uv_timer_t safety;
         bool timed_out;
         char dir[64];
@@ -266,12 +264,8 @@ static int world_init(World *w) {
                 return -ENOMEM;
         uv_timer_init(&w->loop, &w->safety);
         w->safety.data = w;
-        w->zmq = zmq_ctx_new();
-        if (!w->zmq)
-                return -errno;
         w->host = (ContextHost){
                 .loop = &w->loop,
-                .zmq = w->zmq,
                 .state_dirfd = w->state_dirfd,
                 .state_dir = w->state_dir,
                 .runtime_dir = w->runtime_dir,
@@ -318,7 +312,6 @@ static void world_done(World *w) {
         uv_close((uv_handle_t *) &w->safety, NULL);
         uv_run(&w->loop, UV_RUN_DEFAULT);
         is_int(uv_loop_close(&w->loop), 0, "teardown: every handle is closed (uv_loop_close)");
-        zmq_ctx_term(w->zmq);
         config_free(w->config);
         close(w->state_dirfd);
         (void) nftw(w->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
@@ -606,7 +599,7 @@ static bool client_shutdown(World *w, Context *c, KernelConn **ret) {
         if (asprintf(&path, "%s/connections/%s.json", w->runtime_dir, context_name(c)) < 0 ||
             read_file(path, 64 * 1024, &text, NULL) < 0 || connection_info_parse(text, &ci) < 0)
                 return false;
-        if (kernel_conn_new(&w->loop, w->zmq, &ci, 0, &client_callbacks, NULL, ret) < 0)
+        if (kernel_conn_new(&w->loop, &ci, 0, &client_callbacks, NULL, ret) < 0)
                 return false;
         return kernel_conn_send(*ret, CHANNEL_CONTROL, "shutdown_request", json_pack("{s:b}", "restart", 0), NULL) >=
                0;

@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "chunking.h"
 #include "exec.h"
@@ -114,7 +113,7 @@ static int kernel_launch(unsigned k) {
         kernel_pids[n_kernels++] = pid;
         w.pid = pid;
 
-        r = kernel_conn_new(&w.loop, w.zmq, &ci, exec_message_bound(10 * 1024 * 1024), &conn_callbacks, &w, &w.conn);
+        r = kernel_conn_new(&w.loop, &ci, exec_message_bound(10 * 1024 * 1024), &conn_callbacks, &w, &w.conn);
         if (r < 0)
                 return r;
         w.info_replied = false;
@@ -586,7 +585,6 @@ static void test_live(void) {
 
         ok(uv_loop_init(&w.loop) == 0, "live: loop");
         uv_timer_init(&w.loop, &w.safety);
-        w.zmq = zmq_ctx_new();
         is_int(exec_queue_new(&w.loop, &hooks, &w, &w.q), 0, "live: queue");
         done_reset(&d);
 
@@ -618,7 +616,6 @@ out:
         json_decref(d.streamed);
         uv_close((uv_handle_t *) &w.safety, NULL);
         uv_run(&w.loop, UV_RUN_DEFAULT);
-        is_int(zmq_ctx_term(w.zmq), 0, "live: zmq_ctx_term");
         is_int(uv_loop_close(&w.loop), 0, "live: uv_loop_close, nothing left on the loop");
 }
 

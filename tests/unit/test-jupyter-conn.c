@@ -46,10 +46,30 @@ static void *fake_bind(void *ctx, int type, uint16_t port) {
         return s;
 }
 
-/* Receives one multipart message of at most max frames (blocking, bounded by ZMQ_RCVTIMEO). */
+/* The loop of the KernelConn under test: it runs in this thread, so the fake turns it while it waits. */
+static uv_loop_t *fake_pump;
+
+/* Waits up to 10 s for a message on sock, running the loop meanwhile (our side connects and writes on it). */
+static int fake_wait(void *sock) {
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + 10 * USEC_PER_SEC;
+        zmq_pollitem_t item = { .socket = sock, .events = ZMQ_POLLIN };
+
+        while (now_usec(CLOCK_MONOTONIC) < deadline) {
+                if (fake_pump)
+                        (void) uv_run(fake_pump, UV_RUN_NOWAIT);
+                if (zmq_poll(&item, 1, 1) > 0)
+                        return 0;
+        }
+        return -EAGAIN;
+}
+
+/* Receives one multipart message of at most max frames (waiting up to 10 s for its first frame). */
 static int fake_recv(void *sock, zmq_msg_t *parts, size_t max, size_t *ret_n) {
         size_t n = 0;
         bool more = true;
+
+        if (fake_wait(sock) < 0)
+                return -EAGAIN;
 
         while (more) {
                 if (n == max) {
@@ -201,21 +221,22 @@ static void test_conn_fake(void) {
                 return;
         }
         ok(uv_loop_init(&loop) == 0, "fake: loop");
+        fake_pump = &loop;
         ctx = zmq_ctx_new();
         seen_init(&s, &loop);
 
         /* Argument errors. */
         bad = ci;
         snprintf(bad.ip, sizeof bad.ip, "not-an-ip");
-        is_int(kernel_conn_new(&loop, ctx, &bad, 0, &callbacks, &s, &untouched), -EINVAL, "new: bad ip");
+        is_int(kernel_conn_new(&loop, &bad, 0, &callbacks, &s, &untouched), -EINVAL, "new: bad ip");
         bad = ci;
         bad.ports[CHANNEL_HB] = 0;
-        is_int(kernel_conn_new(&loop, ctx, &bad, 0, &callbacks, &s, &untouched), -EINVAL, "new: port 0");
-        is_int(kernel_conn_new(NULL, ctx, &ci, 0, &callbacks, &s, &untouched), -EINVAL, "new: no loop");
-        is_int(kernel_conn_new(&loop, NULL, &ci, 0, &callbacks, &s, &untouched), -EINVAL, "new: no zmq context");
+        is_int(kernel_conn_new(&loop, &bad, 0, &callbacks, &s, &untouched), -EINVAL, "new: port 0");
+        is_int(kernel_conn_new(NULL, &ci, 0, &callbacks, &s, &untouched), -EINVAL, "new: no loop");
+        is_int(kernel_conn_new(&loop, NULL, 0, &callbacks, &s, &untouched), -EINVAL, "new: no connection info");
         ok(untouched == (KernelConn *) &fk, "new: ret untouched on failure");
 
-        r = kernel_conn_new(&loop, ctx, &ci, 0, &callbacks, &s, &c);
+        r = kernel_conn_new(&loop, &ci, 0, &callbacks, &s, &c);
         is_int(r, 0, "new: connects to the fake kernel's ports");
         if (r < 0)
                 goto out;
@@ -413,7 +434,7 @@ out_hb:
         s.close_on_reply = false;
 
         /* Close with a reply on its way: it is never delivered. */
-        r = kernel_conn_new(&loop, ctx, &ci, 0, &callbacks, &s, &c2);
+        r = kernel_conn_new(&loop, &ci, 0, &callbacks, &s, &c2);
         is_int(r, 0, "second connection");
         if (r == 0) {
                 JupyterMsg req2;
@@ -455,6 +476,7 @@ out:
         uv_close((uv_handle_t *) &s.safety, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         is_int(zmq_ctx_term(ctx), 0, "fake: zmq_ctx_term");
+        fake_pump = NULL;
         is_int(uv_loop_close(&loop), 0, "fake: uv_loop_close, nothing left on the loop");
 }
 

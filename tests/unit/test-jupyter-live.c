@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "jupyter.h"
 #include "util.h"
@@ -134,7 +133,6 @@ static int wait_kernel_exit(int *ret_status) {
 static void test_conn_live(void) {
         ConnectionInfo ci = { .ip = "127.0.0.1" };
         uv_loop_t loop;
-        void *ctx = NULL;
         KernelConn *c = NULL;
         Seen s;
         char ki_id[37] = "", ex_id[37] = "", ue_id[37] = "", sd_id[37] = "";
@@ -166,8 +164,7 @@ static void test_conn_live(void) {
 
         ok(uv_loop_init(&loop) == 0, "live: loop");
         seen_init(&s, &loop);
-        ctx = zmq_ctx_new();
-        r = kernel_conn_new(&loop, ctx, &ci, 0, &callbacks, &s, &c);
+        r = kernel_conn_new(&loop, &ci, 0, &callbacks, &s, &c);
         is_int(r, 0, "live: kernel_conn_new");
         if (r < 0) {
                 close(gate);
@@ -249,8 +246,6 @@ out:
         json_decref(s.reply_content);
         uv_close((uv_handle_t *) &s.safety, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
-        if (ctx)
-                is_int(zmq_ctx_term(ctx), 0, "live: zmq_ctx_term");
         is_int(uv_loop_close(&loop), 0, "live: uv_loop_close, nothing left on the loop");
 }
 
