@@ -42,6 +42,7 @@ typedef struct Line {
         size_t esc_len;
         CellRenderTarget target;
         Buf *capture; /* NULL: finished lines go to the budget; else appended here */
+        bool open;    /* a part of the line was let out (LINE_MAX_BYTES) and its end has not come */
 } Line;
 
 struct CellRender {
@@ -176,6 +177,7 @@ static int line_flush(CellRender *r, Line *l, bool newline) {
                 return -ENOMEM;
         if (l->b.len > 0)
                 k = l->capture ? buf_put(l->capture, l->b.s, l->b.len) : budget_write(r, l->target, l->b.s, l->b.len);
+        l->open = !newline;
         l->b.len = l->cursor = 0;
         return k;
 }
@@ -261,7 +263,7 @@ static void c1_control(Line *l, unsigned char b) {
 static size_t text_span(const Line *l, const char *s, size_t n) {
         size_t k = char_length(s, n), room = LINE_MAX_BYTES - MIN(l->b.len, LINE_MAX_BYTES - 1);
 
-        while (k < n && (unsigned char) s[k] >= 0x20 && s[k] != 0x7f && (unsigned char) s[k] != 0xC2)
+        while (k < n && ((unsigned char) s[k] >= 0x20 || s[k] == 0) && s[k] != 0x7f && (unsigned char) s[k] != 0xC2)
                 k++;
         if (k > room) {
                 k = room;
@@ -298,8 +300,8 @@ static int line_feed(CellRender *r, Line *l, const char *s, size_t n) {
                                 ;
                 } else if (b == '\t')
                         e = line_put(r, l, s + i, 1);
-                else if (b < 0x20 || b == 0x7f)
-                        ; /* other controls: nothing a reader sees */
+                else if ((b < 0x20 && b != 0) || b == 0x7f)
+                        ; /* other controls: nothing a reader sees; a NUL is kept, as a notebook's text holds it */
                 else if (b == 0xC2 && i + 1 < n && (unsigned char) s[i + 1] <= 0x9f &&
                          (unsigned char) s[i + 1] >= 0x80) {
                         c1_control(l, (unsigned char) s[i + 1]);
@@ -315,7 +317,7 @@ static int line_feed(CellRender *r, Line *l, const char *s, size_t n) {
 
 /* Ends the line as a new output or the cell's end does: what is left of it on a line of its own. */
 static int line_end(CellRender *r, Line *l) {
-        bool partial = l->b.len > 0;
+        bool partial = l->b.len > 0 || l->open;
 
         l->esc = ESC_NONE;
         return partial ? line_flush(r, l, true) : 0;
@@ -450,11 +452,26 @@ static bool frame_is_cell(const char *s) {
         return strncmp(s, "Cell In[", 8) == 0 || strncmp(s, "Cell In [", 9) == 0;
 }
 
+/* "Name: value" (a value may hold a NUL), as a block. */
+static int render_error_line(CellRender *r, const json_t *out) {
+        const json_t *ename = json_object_get(out, "ename"), *evalue = json_object_get(out, "evalue");
+        _cleanup_free_ char *text = NULL;
+        Buf b = {};
+        int k;
+
+        k = json_is_string(ename) ? buf_put(&b, json_string_value(ename), json_string_length(ename))
+                                  : buf_put(&b, "Error", 5);
+        if (k >= 0 && json_string_length(evalue) > 0) {
+                k = buf_put(&b, ": ", 2);
+                if (k >= 0)
+                        k = buf_put(&b, json_string_value(evalue), json_string_length(evalue));
+        }
+        text = b.s;
+        return k < 0 ? k : write_block(r, CELL_RENDER_ERR, b.s, b.len);
+}
+
 static int render_error(CellRender *r, const json_t *out) {
         const json_t *tb = json_object_get(out, "traceback"), *frame;
-        const char *ename = json_string_value(json_object_get(out, "ename")) ?: "Error";
-        const char *evalue = json_string_value(json_object_get(out, "evalue")) ?: "";
-        _cleanup_free_ char *last = NULL;
         size_t i;
         int k;
 
@@ -475,9 +492,7 @@ static int render_error(CellRender *r, const json_t *out) {
         /* The whole traceback ends with the error's line already. */
         if (r->traceback && json_array_size(tb) > 0)
                 return 0;
-        if (asprintf(&last, "%s%s%s", ename, *evalue ? ": " : "", evalue) < 0)
-                return -ENOMEM;
-        return write_block(r, CELL_RENDER_ERR, last, strlen(last));
+        return render_error_line(r, out);
 }
 
 int cell_render_output(CellRender *r, const json_t *out) {

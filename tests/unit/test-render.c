@@ -171,7 +171,8 @@ static void test_ansi(void) {
                             "a\0b\x07"
                             "c\x7f\n",
                             7));
-        is_str(out_of(&c, CELL_RENDER_OUT), "abc\n", "NUL, BEL and DEL are removed");
+        ok(c.len[CELL_RENDER_OUT] == 5 && memcmp(out_of(&c, CELL_RENDER_OUT), "a\0bc\n", 5) == 0,
+           "BEL and DEL are removed, a NUL is kept as the byte (as a notebook's text holds it)");
         capture_done(&c);
 
         {
@@ -284,6 +285,12 @@ static void test_error(void) {
            "traceback: every frame, without ANSI");
         capture_done(&c);
 
+        RENDER(&c, json_pack("{s:s, s:s, s:s%}", "output_type", "error", "ename", "ValueError", "evalue", "bad\0byte",
+                             (size_t) 8));
+        ok(c.len[CELL_RENDER_ERR] == 21 && memcmp(out_of(&c, CELL_RENDER_ERR), "ValueError: bad\0byte\n", 21) == 0,
+           "an error's value with a NUL: whole");
+        capture_done(&c);
+
         RENDER(&c, json_pack("{s:s, s:s}", "output_type", "error", "ename", "KeyError"));
         is_str(out_of(&c, CELL_RENDER_ERR), "KeyError\n", "an error without value or traceback: its name");
         capture_done(&c);
@@ -392,6 +399,18 @@ static void test_hostile(void) {
         capture_done(&c);
 }
 
+static void test_line_bound(void) {
+        _cleanup_free_ char *line = malloc(65537);
+        Capture c;
+
+        memset(line, 'x', 65536);
+        line[65536] = '\0';
+        RENDER(&c, stream("stdout", line));
+        ok(c.len[CELL_RENDER_OUT] == 65537 && out_of(&c, CELL_RENDER_OUT)[65536] == '\n',
+           "a line of exactly the bound, let out whole, still gets its end at the cell's end");
+        capture_done(&c);
+}
+
 static void test_pure(void) {
         char buf[32];
 
@@ -411,6 +430,7 @@ int main(void) {
         test_error();
         test_budget();
         test_hostile();
+        test_line_bound();
         test_pure();
         return tap_done();
 }
