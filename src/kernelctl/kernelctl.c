@@ -609,6 +609,9 @@ static void help(void) {
                "  --stream             exec: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
                "  --traceback          exec: print the whole traceback of an error\n"
+               "  --max-output SIZE    exec: keep at most SIZE bytes of the cell's text (4K,\n"
+               "                       1M; 1K to 1G), its head and its tail with a line\n"
+               "                       saying what was dropped between them\n"
                "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
@@ -668,6 +671,7 @@ int main(int argc, char *argv[]) {
                 ARG_KERNEL,
                 ARG_TRANSPORT,
                 ARG_RESTORE,
+                ARG_MAX_OUTPUT,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -687,6 +691,7 @@ int main(int argc, char *argv[]) {
                 { "kernel", required_argument, NULL, ARG_KERNEL },
                 { "transport", required_argument, NULL, ARG_TRANSPORT },
                 { "restore", required_argument, NULL, ARG_RESTORE },
+                { "max-output", required_argument, NULL, ARG_MAX_OUTPUT },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -721,6 +726,13 @@ int main(int argc, char *argv[]) {
                 case ARG_TRACEBACK:
                         o.traceback = true;
                         break;
+                case ARG_MAX_OUTPUT: {
+                        const char *why = NULL;
+
+                        if (parse_size(optarg, &o.max_output, &why) < 0)
+                                return client_usage_error("invalid --max-output '%s': %s", optarg, why);
+                        break;
+                }
                 case ARG_EXPECT:
                         if (!*optarg)
                                 return client_usage_error("--expect needs a kernel_id");
@@ -796,8 +808,10 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("%s: missing context name", cmd->name);
         if (n_args > cmd->max_args)
                 return client_usage_error("%s: too many arguments", cmd->name);
-        if ((o.stream || o.traceback) && !streq(cmd->name, "exec"))
-                return client_usage_error("%s is an option of exec", o.stream ? "--stream" : "--traceback");
+        if ((o.stream || o.traceback || o.max_output) && !streq(cmd->name, "exec"))
+                return client_usage_error("%s is an option of exec", o.stream      ? "--stream"
+                                                                     : o.traceback ? "--traceback"
+                                                                                   : "--max-output");
         if (o.expect && !streq(cmd->name, "check"))
                 return client_usage_error("--expect is an option of check");
         if (o.dry_run && !streq(cmd->name, "reload"))

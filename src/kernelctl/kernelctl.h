@@ -16,6 +16,7 @@ typedef struct Options {
         bool json;
         bool stream;        /* exec: JSON lines as outputs arrive */
         bool traceback;     /* exec: whole tracebacks */
+        size_t max_output;  /* exec: the text's budget in bytes (head and tail kept); 0: none */
         const char *expect; /* check: the kernel_id saved earlier */
         usec_t timeout;     /* USEC_INFINITY when not given */
         bool dry_run;       /* reload: say what would change */
