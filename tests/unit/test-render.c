@@ -411,6 +411,50 @@ static void test_line_bound(void) {
         capture_done(&c);
 }
 
+/* Random cells of escapes, controls and characters of every length, in random messages, under random budgets:
+ * every piece emitted is whole UTF-8, and the text kept (all but the marker) is within the budget. */
+static void test_random(void) {
+        static const char *const pieces[] = { "\x1b", "[",  "]",        "\r",           "\n",
+                                              "\b",   "a",  "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                              "\x07", "\\", "31m",      "\xc2\x9b",     "P",
+                                              "(" };
+        unsigned seed = 26;
+        bool all_valid = true, all_within = true;
+
+        for (int cell = 0; cell < 300; cell++) {
+                size_t max = (size_t) (rand_r(&seed) % 3) * (size_t) (rand_r(&seed) % 200 + 1), kept = 0, dropped = 0,
+                       shown;
+                Capture c = { .pieces_valid = true };
+                CellRender *r = cell_render_new(max, false, capture_emit, &c);
+                char msg[256];
+
+                for (int m = 0; m < 40; m++) {
+                        size_t n = 0;
+                        json_t *o;
+
+                        while (n < 200) {
+                                const char *p = pieces[rand_r(&seed) % ELEMENTSOF(pieces)];
+
+                                memcpy(msg + n, p, strlen(p));
+                                n += strlen(p);
+                        }
+                        msg[n] = '\0';
+                        o = stream(rand_r(&seed) % 4 ? "stdout" : "stderr", msg);
+                        cell_render_output(r, o);
+                        json_decref(o);
+                }
+                (void) cell_render_finish(r, &kept, &dropped);
+                cell_render_free(r);
+                shown = c.len[CELL_RENDER_OUT] + c.len[CELL_RENDER_ERR];
+                all_valid = all_valid && c.pieces_valid;
+                /* The marker is at most 80 bytes. */
+                all_within = all_within && (max == 0 || (kept <= max && shown <= kept + (dropped ? 80 : 0)));
+                capture_done(&c);
+        }
+        ok(all_valid, "300 random cells of escapes and characters: every piece emitted is whole UTF-8");
+        ok(all_within, "300 random cells under random budgets: what is kept is within the budget");
+}
+
 static void test_pure(void) {
         char buf[32];
 
@@ -431,6 +475,7 @@ int main(void) {
         test_budget();
         test_hostile();
         test_line_bound();
+        test_random();
         test_pure();
         return tap_done();
 }
