@@ -261,17 +261,15 @@ static void c1_control(Line *l, unsigned char b) {
 /* The plain text at s[0..n) from the cursor at the end of the line: up to a control byte, within the line's
  * bound, in whole characters (at least one). */
 static size_t text_span(const Line *l, const char *s, size_t n) {
-        size_t k = char_length(s, n), room = LINE_MAX_BYTES - MIN(l->b.len, LINE_MAX_BYTES - 1);
+        size_t first = char_length(s, n), room = LINE_MAX_BYTES - MIN(l->b.len, LINE_MAX_BYTES - 1);
+        size_t end = MIN(n, room), k = first;
 
-        while (k < n && ((unsigned char) s[k] >= 0x20 || s[k] == 0) && s[k] != 0x7f && (unsigned char) s[k] != 0xC2)
+        /* The scan stops at the line's bound: a long message costs its length, not its length times its pieces. */
+        while (k < end && ((unsigned char) s[k] >= 0x20 || s[k] == 0) && s[k] != 0x7f && (unsigned char) s[k] != 0xC2)
                 k++;
-        if (k > room) {
-                k = room;
-                while (k > 0 && is_continuation((unsigned char) s[k]))
-                        k--;
-                if (k == 0)
-                        k = char_length(s, n);
-        }
+        /* Stopped by the bound inside a character: that character goes to the next piece. */
+        while (k > first && k < n && is_continuation((unsigned char) s[k]))
+                k--;
         return k;
 }
 

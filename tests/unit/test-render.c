@@ -409,6 +409,21 @@ static void test_line_bound(void) {
         ok(c.len[CELL_RENDER_OUT] == 65537 && out_of(&c, CELL_RENDER_OUT)[65536] == '\n',
            "a line of exactly the bound, let out whole, still gets its end at the cell's end");
         capture_done(&c);
+
+        {
+                /* 70,000 euro signs: the bound (65,536) falls inside one. */
+                size_t n = 70000 * 3;
+                _cleanup_free_ char *euros = malloc(n + 1);
+
+                for (size_t i = 0; i < n; i += 3)
+                        memcpy(euros + i, "\xe2\x82\xac", 3);
+                euros[n] = '\0';
+                RENDER(&c, stream("stdout", euros));
+                ok(c.pieces_valid && c.pieces > 1 && c.len[CELL_RENDER_OUT] == n + 1 &&
+                           memcmp(out_of(&c, CELL_RENDER_OUT), euros, n) == 0,
+                   "a long line of three-byte characters: let out in pieces of whole characters, nothing lost");
+                capture_done(&c);
+        }
 }
 
 /* Random cells of escapes, controls and characters of every length, in random messages, under random budgets:
