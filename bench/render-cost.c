@@ -12,7 +12,8 @@
 #include "render.h"
 
 static const char ORDINARY[] =
-        "[{\"output_type\":\"stream\",\"name\":\"stdout\",\"text\":\"hello world\\nline two \\u001b[31mred\\u001b[0m\\n"
+        "[{\"output_type\":\"stream\",\"name\":\"stdout\",\"text\":\"hello world\\nline two "
+        "\\u001b[31mred\\u001b[0m\\n"
         "10%\\r50%\\r100%\\n\"},"
         "{\"output_type\":\"execute_result\",\"data\":{\"text/plain\":\"   a\\n0  1\\n1  2\","
         "\"text/html\":\"<table><tr><td>1</td></tr></table>\"}},"

@@ -5,6 +5,7 @@ shows the cell's frames and not the library's, a big print with --max-output kee
 UTF-8 characters) with the marker and --json's truncated, a timeout says so in words, and --max-output's values
 are checked."""
 
+import json
 import os
 import re
 import subprocess
@@ -86,6 +87,10 @@ def test_budget(tap, d):
            "--json --max-output: truncated {kept, dropped} as data")
     tap.eq(sum(len(o.get("text", "")) for o in (j or {}).get("outputs", [])), 1000014,
            "--json --max-output: the outputs stay whole")
+    r = d.ctl("exec", "default", code, "--stream", "--max-output", "4K", timeout=60)
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    tap.eq((r.returncode, lines[-1].get("truncated") if lines else None), (0, {"kept": 4096, "dropped": 995918}),
+           "--stream --max-output: the result line carries truncated")
     r = d.ctl("exec", "default", "print('a' + '\u20ac' * 1000)", "--max-output", "1K", errors="surrogateescape")
     want = "a" + "\u20ac" * 170 + "\n[... 1980 bytes, 0 lines dropped ...]\n" + "\u20ac" * 170 + "\n"
     tap.eq(body(r.stdout), want, "--max-output 1K over three-byte characters: cut at whole characters")
