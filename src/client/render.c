@@ -608,11 +608,13 @@ static int emit_tail(CellRender *r, size_t *ret_kept) {
 }
 
 int cell_render_finish(CellRender *r, size_t *ret_kept, size_t *ret_dropped) {
-        size_t kept = r->total;
+        size_t kept;
         int k = r->error;
 
         for (size_t t = 0; k >= 0 && t < _CELL_RENDER_TARGET_MAX; t++)
                 k = line_end(r, &r->streams[t]);
+        /* Counted after the unfinished lines went out: they are part of the text. */
+        kept = r->total;
         if (k >= 0 && r->head_closed)
                 k = emit_tail(r, &kept);
         if (k < 0)

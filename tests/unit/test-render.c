@@ -367,6 +367,14 @@ static void test_budget(void) {
            "within the budget: everything, no marker");
         capture_done(&c);
 
+        k = render_all(&c, 0, false, &kept, &dropped, stream("stdout", "abc"), NULL);
+        ok(k == 0 && kept == 4 && streq(out_of(&c, CELL_RENDER_OUT), "abc\n"),
+           "kept counts the unfinished last line, ended at the cell's end (got %zu; found by fuzz-render)", kept);
+        capture_done(&c);
+        k = render_all(&c, 1024, false, &kept, &dropped, stream("stdout", "abc"), NULL);
+        ok(k == 0 && kept == 4, "and so within a budget (got %zu)", kept);
+        capture_done(&c);
+
         k = render_all(&c, 0, false, &kept, &dropped, stream("stdout", ten), NULL);
         ok(k == 0 && kept == 110 && dropped == 0 && streq(out_of(&c, CELL_RENDER_OUT), ten), "budget 0: none");
         capture_done(&c);
