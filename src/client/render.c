@@ -48,6 +48,8 @@ typedef struct Line {
 struct CellRender {
         CellRenderEmit emit;
         void *userdata;
+        CellRenderSave save;
+        void *save_userdata;
         bool traceback;
         int error;
 
@@ -403,20 +405,88 @@ static const char *rich_pick(const json_t *data) {
         return NULL;
 }
 
+int cell_render_base64_decode(const char *s, size_t n, char **ret, size_t *ret_len) {
+        _cleanup_free_ char *out = malloc(n / 4 * 3 + 4);
+        uint32_t acc = 0;
+        size_t len = 0, bits = 0;
+        bool padded = false;
+
+        if (!out)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                char c = s[i];
+                int v = c >= 'A' && c <= 'Z'   ? c - 'A'
+                        : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                        : c >= '0' && c <= '9' ? c - '0' + 52
+                        : c == '+'             ? 62
+                        : c == '/'             ? 63
+                                               : -1;
+
+                if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
+                        continue;
+                if (c == '=') {
+                        padded = true;
+                        continue;
+                }
+                if (v < 0 || padded)
+                        return -EINVAL;
+                acc = (acc << 6) | (uint32_t) v;
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        out[len++] = (char) (acc >> bits);
+                        acc &= (1u << bits) - 1;
+                }
+        }
+        /* A lone sixth of a byte is no base64. */
+        if (bits >= 6)
+                return -EINVAL;
+        out[len] = '\0';
+        *ret = TAKE_PTR(out);
+        *ret_len = len;
+        return 0;
+}
+
+void cell_render_set_save(CellRender *r, CellRenderSave save, void *userdata) {
+        r->save = save;
+        r->save_userdata = userdata;
+}
+
+/* Where a binary form went, ": PATH", or why it did not, ": not saved: WHY"; "" when nothing saves. New. */
+static char *rich_saved(CellRender *r, const char *mime, const json_t *v) {
+        _cleanup_free_ char *data = NULL, *path = NULL;
+        size_t n;
+        char *s;
+        int k;
+
+        if (!r->save || !json_is_string(v) || mime_is_text(mime))
+                return strdup("");
+        k = cell_render_base64_decode(json_string_value(v), json_string_length(v), &data, &n);
+        if (k == -ENOMEM)
+                return NULL;
+        if (k < 0)
+                return strdup(": not saved: not base64");
+        k = r->save(mime, data, n, &path, r->save_userdata);
+        if (asprintf(&s, k < 0 ? ": not saved: %s" : ": %s", k < 0 ? strerror(-k) : path) < 0)
+                return NULL;
+        return s;
+}
+
 /* "[image/png 18 KB]" for each form but the one shown and text/plain (another form's name, or its text). */
 static int rich_other_forms(CellRender *r, const json_t *data, const char *pick) {
         const char *mime;
         json_t *v;
 
         json_object_foreach((json_t *) data, mime, v) {
-                _cleanup_free_ char *line = NULL;
+                _cleanup_free_ char *line = NULL, *saved = NULL;
                 char size[32];
                 int k;
 
                 if ((pick && streq(mime, pick)) || streq(mime, "text/plain"))
                         continue;
-                if (asprintf(&line, "[%s %s]", mime, cell_render_format_size(size, sizeof size, mime_size(mime, v))) <
-                    0)
+                saved = rich_saved(r, mime, v);
+                if (!saved || asprintf(&line, "[%s %s%s]", mime,
+                                       cell_render_format_size(size, sizeof size, mime_size(mime, v)), saved) < 0)
                         return -ENOMEM;
                 k = write_block(r, CELL_RENDER_OUT, line, strlen(line));
                 if (k < 0)

@@ -29,6 +29,16 @@ typedef struct CellRender CellRender;
 CellRender *cell_render_new(size_t max_output, bool traceback, CellRenderEmit emit, void *userdata);
 void cell_render_free(CellRender *r);
 
+/* Saves a binary form of a result or display (an image: image/png, image/jpeg, ...; data is its bytes, decoded from
+ * base64) for a reader who wants it: 0 with *ret_path (new, the caller's to free) where it is now; -errno when it
+ * could not be. */
+typedef int (*CellRenderSave)(const char *mime, const void *data, size_t n, char **ret_path, void *userdata);
+
+/* Has each binary form saved by save (NULL: none, the default): its line then names the path,
+ * "[image/png 18 KB: /tmp/out/output-1.png]", or why not, "[image/png 18 KB: not saved: No space left on device]".
+ * A form that is not valid base64 is not saved: "not saved: not base64". */
+void cell_render_set_save(CellRender *r, CellRenderSave save, void *userdata);
+
 /* Renders one output (an nbformat dict: stream, execute_result, display_data, update_display_data, error;
  * clear_output and unknown types give nothing). Stream text is held per stream until its line ends, so a '\r'
  * or an escape sequence split over two messages is seen whole. -ENOMEM (what was rendered so far stays). */
@@ -48,6 +58,10 @@ char *cell_render_html_text(const char *s, size_t n);
 /* Whether the text/plain s is only a Python repr placeholder, "<IPython.core.display.Markdown object>",
  * "<Figure size 640x480 with 1 Axes>": no more than the name of what the other forms hold. */
 bool cell_render_is_placeholder(const char *s, size_t n);
+
+/* Decodes base64 (RFC 4648; whitespace ignored, padding optional) s[0..n) into *ret (new, NUL-terminated, the caller's
+ * to free) of *ret_len bytes: 0, -EINVAL (not base64), -ENOMEM. */
+int cell_render_base64_decode(const char *s, size_t n, char **ret, size_t *ret_len);
 
 /* Writes "18 KB" (or "512 B", "2.5 MB") for n bytes into buf. Returns buf. */
 char *cell_render_format_size(char *buf, size_t size, size_t n);

@@ -2,6 +2,7 @@
  * terminal leaves it (within and across messages), the best form of a rich result, an error cut to its cell's
  * frames, and the budget's head and tail. */
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +268,63 @@ static json_t *nested_traceback(void) {
                          "\x1b[0;31mZeroDivisionError\x1b[0m: division by zero");
 }
 
+typedef struct Saved {
+        int result;
+        char data[64];
+        size_t n, calls;
+} Saved;
+
+static int save_form(const char *mime, const void *data, size_t n, char **ret_path, void *userdata) {
+        Saved *sv = userdata;
+
+        sv->calls++;
+        sv->n = n;
+        memcpy(sv->data, data, MIN(n, sizeof sv->data));
+        if (sv->result < 0)
+                return sv->result;
+        return asprintf(ret_path, "/out/output-%zu.%s", sv->calls, strchr(mime, '/') + 1) < 0 ? -ENOMEM : 0;
+}
+
+static void test_save(void) {
+        Saved sv = {};
+        Capture c = { .pieces_valid = true };
+        CellRender *r = cell_render_new(0, false, capture_emit, &c);
+        json_t *o = display("display_data",
+                            json_pack("{s:s, s:s, s:s, s:s}", "text/plain", "<Figure size 1x1>", "image/png",
+                                      "aGVs\nbG8=", "image/svg+xml", "<svg/>", "image/jpeg", "not base64!"));
+        char *d = NULL;
+        size_t n = 0;
+
+        cell_render_set_save(r, save_form, &sv);
+        cell_render_output(r, o);
+        json_decref(o);
+        sv.result = -ENOSPC;
+        o = display("display_data", json_pack("{s:s}", "image/gif", "R0lG"));
+        cell_render_output(r, o);
+        json_decref(o);
+        cell_render_finish(r, NULL, NULL);
+        cell_render_free(r);
+        is_str(out_of(&c, CELL_RENDER_OUT),
+               "[image/png 5 B: /out/output-1.png]\n[image/svg+xml 6 B]\n[image/jpeg 6 B: not saved: not base64]\n"
+               "[image/gif 3 B: not saved: No space left on device]\n",
+               "--save-images: each binary form's line names its path, or why it was not saved; a text form is not "
+               "saved");
+        ok(sv.calls == 2 && sv.n == 3 && memcmp(sv.data, "GIF", 3) == 0,
+           "the save hook gets the decoded bytes (GIF from R0lG)");
+        capture_done(&c);
+
+        ok(cell_render_base64_decode("aGVsbG8=", 8, &d, &n) == 0 && n == 5 && streq(d, "hello"), "base64: hello");
+        free(d);
+        ok(cell_render_base64_decode("aGVs\r\nbG8", 9, &d, &n) == 0 && n == 5 && streq(d, "hello"),
+           "base64: whitespace ignored, padding optional");
+        free(d);
+        d = NULL;
+        ok(cell_render_base64_decode("aGVsb", 5, &d, &n) == -EINVAL && !d,
+           "base64: a lone sixth of a byte is refused");
+        ok(cell_render_base64_decode("aG=Vs", 5, &d, &n) == -EINVAL, "base64: data after padding is refused");
+        ok(cell_render_base64_decode("aG$s", 4, &d, &n) == -EINVAL, "base64: a byte outside the alphabet is refused");
+}
+
 static void test_error(void) {
         Capture c;
 
@@ -494,6 +552,7 @@ int main(void) {
         test_carriage_return();
         test_ansi();
         test_rich();
+        test_save();
         test_error();
         test_budget();
         test_hostile();
