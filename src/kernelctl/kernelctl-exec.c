@@ -171,6 +171,7 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
 
         render_output_budget(o->max_output);
+        render_output_save_images(o->save_images);
         r = client_connect(o->socket, STATUS_WAIT_USEC, &fd);
         if (r != EXIT_OK)
                 return r;

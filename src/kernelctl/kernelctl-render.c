@@ -1,6 +1,8 @@
 /* kernelctl's rendering of the daemon's replies (kernelctl-render.h). */
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,9 +229,63 @@ void render_output_budget(size_t max_output) {
         cell_max_output = max_output;
 }
 
+/* Where --save-images writes, and the number the next file tries. */
+static const char *cell_save_dir;
+static unsigned cell_save_next = 1;
+
+void render_output_save_images(const char *dir) {
+        cell_save_dir = dir;
+}
+
+/* A file's extension for a MIME type: the letters and digits its subtype starts with ("image/png": png,
+ * "image/svg+xml": svg), "bin" when none. */
+static void mime_extension(const char *mime, char *buf, size_t size) {
+        const char *sub = strchr(mime, '/');
+        size_t n = 0;
+
+        for (sub = sub ? sub + 1 : ""; n + 1 < size && isalnum((unsigned char) *sub); sub++)
+                buf[n++] = *sub;
+        buf[n] = '\0';
+        if (n == 0)
+                snprintf(buf, size, "bin");
+}
+
+/* Writes a form to DIR/output-N.EXT, N the first number free from the last one: never over another file, and
+ * never through a symlink. The renderer's CellRenderSave. */
+static int save_image(const char *mime, const void *data, size_t n, char **ret_path, void *userdata) {
+        char ext[16];
+
+        mime_extension(mime, ext, sizeof ext);
+        for (; cell_save_next < 1000000; cell_save_next++) {
+                _cleanup_free_ char *path = NULL;
+                _cleanup_close_ int fd = -1;
+                int r;
+
+                if (asprintf(&path, "%s/output-%u.%s", cell_save_dir, cell_save_next, ext) < 0)
+                        return -ENOMEM;
+                fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+                if (fd < 0 && errno == EEXIST)
+                        continue;
+                if (fd < 0)
+                        return -errno;
+                r = write_all(fd, data, n);
+                if (r < 0) {
+                        (void) unlink(path);
+                        return r;
+                }
+                cell_save_next++;
+                *ret_path = TAKE_PTR(path);
+                return 0;
+        }
+        return -EEXIST;
+}
+
 void render_output(const json_t *out, bool traceback) {
-        if (!cell && !cell_failed)
+        if (!cell && !cell_failed) {
                 cell = cell_render_new(cell_max_output, traceback, emit_terminal, NULL);
+                if (cell && cell_save_dir)
+                        cell_render_set_save(cell, save_image, NULL);
+        }
         if (!cell_failed && (!cell || cell_render_output(cell, out) < 0)) {
                 cell_failed = true;
                 (void) client_fail(EXIT_FAILED, "out of memory: the cell's outputs from here on are not shown.");

@@ -35,6 +35,9 @@ char *render_not_ready(const ReplyContext *c);
  * the whole of an error's. The first output of a cell starts its renderer, with the budget last given to
  * render_output_budget() (0, the default: none). */
 void render_output_budget(size_t max_output);
+/* --save-images: each image of the cells shown from now on is written to dir (borrowed: it must outlive them) as
+ * output-N.png, N the first number free, and its line names the file. NULL: none. */
+void render_output_save_images(const char *dir);
 void render_output(const json_t *out, bool traceback);
 /* Ends the cell being shown: its unfinished lines, and when the budget cut, the marker and the tail.
  * *ret_kept and *ret_dropped (may be NULL) get the bytes shown and dropped; 1 when something was dropped, 0

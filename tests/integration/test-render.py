@@ -58,6 +58,40 @@ def test_rich(tap, d):
            "Markdown shows its text/markdown; HTML its text, reduced", r.stderr)
 
 
+def test_save_images(tap, d):
+    out = os.path.join(d.tmp, "images")
+    os.mkdir(out)
+    open(os.path.join(out, "output-1.png"), "wb").write(b"someone else's")
+    code = ("from IPython.display import display\n"
+            "display({'image/png': 'iVBORw0KGgo=', 'text/plain': '<Figure size 1x1>'}, raw=True)\n"
+            "display({'image/jpeg': '/9j/'}, raw=True)")
+    r = d.ctl("exec", "default", code, "--save-images", out)
+    want = f"[image/png 8 B: {out}/output-2.png]\n[image/jpeg 3 B: {out}/output-3.jpeg]\n"
+    tap.eq(body(r.stdout), want, "--save-images: each image's line names its file; an existing file is not overwritten",
+           r.stderr)
+    tap.ok(open(os.path.join(out, "output-2.png"), "rb").read() == b"\x89PNG\r\n\x1a\n" and
+           open(os.path.join(out, "output-1.png"), "rb").read() == b"someone else's" and
+           open(os.path.join(out, "output-3.jpeg"), "rb").read() == b"\xff\xd8\xff",
+           "--save-images: the files hold the decoded bytes, the one there before is untouched")
+    os.symlink("/nonexistent-target", os.path.join(out, "output-3.png"))
+    r = d.ctl("exec", "default", "from IPython.display import display\ndisplay({'image/png': 'AAAA'}, raw=True)",
+              "--save-images", out)
+    tap.eq(body(r.stdout), f"[image/png 3 B: {out}/output-4.png]\n", "--save-images: a symlink in the way is skipped")
+    # /proc takes no new file, for root too.
+    r = d.ctl("exec", "default", "from IPython.display import display\ndisplay({'image/png': 'AAAA'}, raw=True)",
+              "--save-images", "/proc")
+    tap.ok(r.returncode == 0 and re.fullmatch(r"\[image/png 3 B: not saved: [A-Z][a-z ]+\]\n", body(r.stdout)),
+           "--save-images into a directory that takes no file: the image's line says why, the cell is ok",
+           repr(r.stdout))
+    for args, why in (([out + "/none"], "No such file or directory"), ([out + "/output-1.png"], "not a directory")):
+        r = d.ctl("exec", "default", "1", "--save-images", *args)
+        tap.ok(r.returncode == 2 and f"invalid --save-images '{args[0]}': {why}" in r.stderr,
+               f"--save-images on {why}: usage error naming the path", r.stderr)
+    r = d.ctl("exec", "default", "1", "--save-images", out, "--json")
+    tap.ok(r.returncode == 2 and "--json and --stream carry the images" in r.stderr, "--save-images with --json: usage",
+           r.stderr)
+
+
 def test_errors(tap, d):
     r = d.ctl("exec", "default", "def f():\n    return 1 / 0\n\ndef g():\n    return f()\n\ng()")
     err = r.stderr
@@ -129,7 +163,8 @@ def test(tap):
     d = harness.Daemon(tap, contexts="[context:default]\n")
     d.start()
     d.wait_state("default", "ready")
-    for name, fn in (("streams", test_streams), ("rich", test_rich), ("errors", test_errors),
+    for name, fn in (("streams", test_streams), ("rich", test_rich), ("save images", test_save_images),
+                     ("errors", test_errors),
                      ("budget", test_budget), ("options", test_options), ("timeout", test_timeout)):
         with tap.guard(name):
             fn(tap, d)
