@@ -1,9 +1,10 @@
 /* libFuzzer harness: the renderer of a cell's text (src/client/render.c), which every front end runs on whatever a
  * kernel prints. The input: two bytes of budget (0: none, else 1 to 65,536 bytes), a byte of flags (bit 0: whole
- * tracebacks), then messages apart by 0xFF (never a byte of UTF-8). A message that parses as a JSON object is an
- * output as it is; any other is the text of a stream (stdout or stderr by its first byte), repaired to UTF-8 as
- * jansson's strings are. Properties: every piece emitted is whole UTF-8 and names a target; finish says 0 or 1;
- * what is kept is within the budget, and only a marker line is added to it; nothing leaks. */
+ * tracebacks; bit 1: a save hook, which fails every other time), then messages apart by 0xFF (never a byte of UTF-8).
+ * A message that parses as a JSON object is an output as it is; any other is the text of a stream (stdout or stderr by
+ * its first byte), repaired to UTF-8 as jansson's strings are. Properties: every piece emitted is whole UTF-8 and
+ * names a target; finish says 0 or 1; what is kept is within the budget, and only a marker line is added to it;
+ * nothing leaks. */
 #include "fuzz-util.h"
 #include "render.h"
 #include "util.h"
@@ -26,6 +27,17 @@ static void check_piece(CellRenderTarget t, const char *s, size_t n, void *userd
         seen->shown += n;
 }
 
+/* A save hook that keeps nothing: a path for one form, EIO for the next. */
+static int save_form(const char *mime, const void *data, size_t n, char **ret_path, void *userdata) {
+        unsigned *calls = userdata;
+
+        FUZZ_CHECK(mime && (data || n == 0));
+        if ((*calls)++ % 2)
+                return -EIO;
+        *ret_path = strdup("/saved/output-1.png");
+        return *ret_path ? 0 : -ENOMEM;
+}
+
 static void feed(CellRender *r, const char *s, size_t n) {
         json_t *out = json_loadb(s, n, JSON_DECODE_ANY, NULL);
         char *text = NULL;
@@ -46,6 +58,7 @@ static void feed(CellRender *r, const char *s, size_t n) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         Seen seen = {};
+        unsigned calls = 0;
         size_t max, kept = 0, dropped = 0;
         const char *p, *end;
         CellRender *r;
@@ -58,6 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r = cell_render_new(max, data[2] & 1, check_piece, &seen);
         if (!r)
                 return 0;
+        if (data[2] & 2)
+                cell_render_set_save(r, save_form, &calls);
         p = (const char *) data + 3;
         end = (const char *) data + size;
         while (p <= end) {
