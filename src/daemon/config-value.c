@@ -315,35 +315,6 @@ int parse_duration_or_no(const char *value, void *data, const char **ret_reason)
         return 0;
 }
 
-/* Bytes, with an optional K, M or G suffix (powers of 1024): "10M". At least 1 KiB, at most 1 GiB. */
-int parse_size(const char *value, void *data, const char **ret_reason) {
-        static const struct {
-                const char *suffix;
-                unsigned long long mult;
-        } units[] = { { "", 1 }, { "K", 1024 }, { "M", 1024 * 1024 }, { "G", 1024 * 1024 * 1024 } };
-        unsigned long long v;
-        char digits[32];
-        size_t n = strspn(value, "0123456789");
-
-        if (n == 0 || n >= sizeof digits)
-                goto bad;
-        memcpy(digits, value, n);
-        digits[n] = '\0';
-        for (size_t i = 0; i < ELEMENTSOF(units); i++) {
-                if (strcasecmp(value + n, units[i].suffix) != 0 || parse_uint(digits, 0, ULLONG_MAX, &v) < 0)
-                        continue;
-                if (v > (1ULL << 30) / units[i].mult || v * units[i].mult < 1024) {
-                        *ret_reason = "must be from 1K to 1G";
-                        return -EINVAL;
-                }
-                *(size_t *) data = (size_t) (v * units[i].mult);
-                return 0;
-        }
-bad:
-        *ret_reason = "expected a size such as 512K or 10M";
-        return -EINVAL;
-}
-
 /* A memory limit: bytes with an optional K, M, G or T suffix (powers of 1024), at least 1M; or "none" (0). */
 int parse_memory(const char *value, void *data, const char **ret_reason) {
         static const struct {

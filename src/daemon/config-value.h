@@ -25,7 +25,6 @@ int parse_env(const char *value, void *data, const char **ret_reason);
 int parse_bool(const char *value, void *data, const char **ret_reason);
 int parse_duration_positive(const char *value, void *data, const char **ret_reason);
 int parse_duration_or_no(const char *value, void *data, const char **ret_reason);
-int parse_size(const char *value, void *data, const char **ret_reason);
 int parse_memory(const char *value, void *data, const char **ret_reason);
 int parse_cpu_quota(const char *value, void *data, const char **ret_reason);
 int parse_tasks(const char *value, void *data, const char **ret_reason);

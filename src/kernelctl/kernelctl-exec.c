@@ -13,6 +13,7 @@
 #include "kernelctl.h"
 #include "macro.h"
 #include "protocol.h"
+#include "render.h"
 #include "reply.h"
 #include "util.h"
 
@@ -76,6 +77,52 @@ static int read_code(char **ret) {
         return EXIT_OK;
 }
 
+/* What the budget would cut of the outputs' text (--json, --stream): {"kept": K, "dropped": D} set on shown when
+ * it cuts. 0, or -ENOMEM. */
+static int exec_truncated(const Options *o, const json_t *outputs, json_t *shown) {
+        CellRender *cr;
+        const json_t *out;
+        size_t i, kept, dropped;
+        int r;
+
+        if (o->max_output == 0)
+                return 0;
+        cr = cell_render_new(o->max_output, o->traceback, NULL, NULL);
+        if (!cr)
+                return -ENOMEM;
+        json_array_foreach(outputs, i, out) {
+                (void) cell_render_output(cr, out);
+        }
+        r = cell_render_finish(cr, &kept, &dropped);
+        cell_render_free(cr);
+        if (r <= 0)
+                return r;
+        return json_object_set_new(
+                       shown, "truncated",
+                       json_pack("{s:I, s:I}", "kept", (json_int_t) kept, "dropped", (json_int_t) dropped)) < 0
+                       ? -ENOMEM
+                       : 0;
+}
+
+/* Why a cell did not end as it ran, in words on one line of stderr: the daemon's message (a timeout, an abort, a
+ * death), so that a reader of the text does not take the KeyboardInterrupt of a timeout for a user's Ctrl-C. */
+static void exec_status_note(const ClientReply *reply, const ReplyExecResult *res, bool failed) {
+        _cleanup_free_ char *why = NULL;
+        size_t n;
+
+        if (failed) {
+                (void) client_report_error(reply->code, reply->message);
+                return;
+        }
+        /* A cell that never started has said so in its own stderr note, "[not started: ...]". */
+        if (!res->message || streq(res->status, "ok") || streq(res->status, "error") ||
+            streq(res->status, "not_started"))
+                return;
+        why = client_sanitize(res->message, false);
+        n = why ? strlen(why) : 0;
+        fprintf(stderr, "kernelctl: %s%s\n", why ?: "?", n > 0 && why[n - 1] == '.' ? "" : ".");
+}
+
 static int exec_exit_code(const char *status) {
         if (!status)
                 return EXIT_FAILED;
@@ -123,6 +170,8 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         /* Without a cell timeout the cell may run for ever, and so may we. */
         wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
 
+        render_output_budget(o->max_output);
+        render_output_save_images(o->save_images);
         r = client_connect(o->socket, STATUS_WAIT_USEC, &fd);
         if (r != EXIT_OK)
                 return r;
@@ -140,7 +189,8 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         if (o->json || o->stream) {
                 json_auto_t *shown = json_deep_copy(body);
 
-                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0))
+                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0) ||
+                    exec_truncated(o, res.outputs, shown) < 0)
                         return client_fail(EXIT_FAILED, "out of memory.");
                 if (o->stream)
                         render_json_line(shown);
@@ -155,14 +205,9 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
                         json_array_foreach(res.outputs, i, out) {
                                 render_output(out, o->traceback);
                         }
-                if (failed)
-                        (void) client_report_error(reply.code, reply.message);
-                else if (streq(res.status, "kernel_aborted") && res.message) {
-                        /* A cell the kernel did not run says why, as a failed one does. */
-                        _cleanup_free_ char *why = client_sanitize(res.message, false);
-
-                        fprintf(stderr, "kernelctl: %s.\n", why ?: "?");
-                }
+                /* The tail of the text comes before what kernelctl has to say of the cell. */
+                (void) render_output_finish(NULL, NULL);
+                exec_status_note(&reply, &res, failed);
                 render_exit_note(res.exit, args[0]);
                 render_exec_summary(&res, failed);
         }

@@ -1,6 +1,8 @@
 /* kernelctl's rendering of the daemon's replies (kernelctl-render.h). */
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include "client.h"
 #include "kernelctl-render.h"
+#include "render.h"
 #include "util.h"
 
 bool render_state_is_up(const char *state) {
@@ -208,127 +211,103 @@ int render_kernels(const ReplyKernels *k) {
         return r;
 }
 
-/* Removes ANSI escape sequences (CSI: ESC [ parameters final-byte; and
- * two-byte ESC X) in place: IPython colours its tracebacks. */
-static size_t strip_ansi(char *s, size_t n) {
-        const char *p = s, *end = s + n;
-        char *w = s;
+/* The cell whose outputs are being shown (one at a time), its budget and whether it said it ran out of memory. */
+static CellRender *cell;
+static size_t cell_max_output;
+static bool cell_failed;
 
-        while (p < end) {
-                if (*p != '\033') {
-                        *w++ = *p++;
-                        continue;
-                }
-                p++;
-                if (p < end && *p == '[') {
-                        p++;
-                        while (p < end && !(*p >= 0x40 && *p <= 0x7e))
-                                p++;
-                        if (p < end)
-                                p++;
-                } else if (p < end)
-                        p++;
-        }
-        return (size_t) (w - s);
-}
+/* The renderer's text to the terminal: stdout's and stderr's pieces in the order they come. */
+static void emit_terminal(CellRenderTarget target, const char *s, size_t n, void *userdata) {
+        FILE *f = target == CELL_RENDER_ERR ? stderr : stdout;
 
-/* Writes the JSON string v (fallback when v is none) to f whole: a NUL in kernel text is written as the byte,
- * as a notebook's text holds it. Without its ANSI escapes when strip. */
-static void write_text(FILE *f, const json_t *v, const char *fallback, bool strip) {
-        _cleanup_free_ char *t = NULL;
-        const char *s = json_string_value(v) ?: fallback;
-        size_t n = json_is_string(v) ? json_string_length(v) : strlen(fallback);
-
-        if (strip) {
-                t = malloc(n + 1);
-                if (!t)
-                        return;
-                memcpy(t, s, n);
-                n = strip_ansi(t, n);
-                s = t;
-        }
+        fflush(f == stdout ? stderr : stdout);
         fwrite(s, 1, n, f);
+        fflush(f);
 }
 
-/* Whether the last text written to stdout did not end its line: the summary goes on a line of its own. */
-static bool stdout_mid_line;
+void render_output_budget(size_t max_output) {
+        cell_max_output = max_output;
+}
 
-/* Text mode: an output as a notebook shows it. nbformat is Jupyter's schema, read here as it comes. */
-void render_output(const json_t *out, bool traceback) {
-        const char *type = json_string_value(json_object_get(out, "output_type"));
+/* Where --save-images writes, and the number the next file tries. */
+static const char *cell_save_dir;
+static unsigned cell_save_next = 1;
 
-        if (!type)
-                return;
-        if (streq(type, "stream")) {
-                const json_t *text = json_object_get(out, "text");
-                const char *name = json_string_value(json_object_get(out, "name"));
-                FILE *f = name && streq(name, "stderr") ? stderr : stdout;
+void render_output_save_images(const char *dir) {
+        cell_save_dir = dir;
+}
 
-                if (!json_is_string(text))
-                        return;
-                /* Another stream may follow: keep the two in the order they came. */
-                fflush(f == stdout ? stderr : stdout);
-                fwrite(json_string_value(text), 1, json_string_length(text), f);
-                fflush(f);
-                if (f == stdout && json_string_length(text) > 0)
-                        stdout_mid_line = json_string_value(text)[json_string_length(text) - 1] != '\n';
-        } else if (streq(type, "execute_result") || streq(type, "display_data") ||
-                   streq(type, "update_display_data")) {
-                const json_t *data = json_object_get(out, "data");
-                const json_t *jplain = json_object_get(data, "text/plain");
-                const char *plain = json_string_value(jplain);
+/* A file's extension for a MIME type: the letters and digits its subtype starts with ("image/png": png,
+ * "image/svg+xml": svg), "bin" when none. */
+static void mime_extension(const char *mime, char *buf, size_t size) {
+        const char *sub = strchr(mime, '/');
+        size_t n = 0;
 
-                fflush(stderr);
-                if (stdout_mid_line)
-                        putchar('\n');
-                stdout_mid_line = false;
-                if (plain) {
-                        size_t n = json_string_length(jplain);
+        for (sub = sub ? sub + 1 : ""; n + 1 < size && isalnum((unsigned char) *sub); sub++)
+                buf[n++] = *sub;
+        buf[n] = '\0';
+        if (n == 0)
+                snprintf(buf, size, "bin");
+}
 
-                        write_text(stdout, jplain, "", false);
-                        if (n == 0 || plain[n - 1] != '\n')
-                                putchar('\n');
-                } else if (json_is_object(data)) {
-                        /* No text to show: say what there is, e.g. "[image/png]". */
-                        const char *mime;
-                        json_t *v;
-                        bool first = true;
+/* Writes a form to DIR/output-N.EXT, N the first number free from the last one: never over another file, and
+ * never through a symlink. The renderer's CellRenderSave. */
+static int save_image(const char *mime, const void *data, size_t n, char **ret_path, void *userdata) {
+        char ext[16];
 
-                        putchar('[');
-                        json_object_foreach((json_t *) data, mime, v) {
-                                _cleanup_free_ char *m = client_sanitize(mime, false);
+        mime_extension(mime, ext, sizeof ext);
+        for (; cell_save_next < 1000000; cell_save_next++) {
+                _cleanup_free_ char *path = NULL;
+                _cleanup_close_ int fd = -1;
+                int r;
 
-                                printf("%s%s", first ? "" : ", ", m ?: "?");
-                                first = false;
-                        }
-                        puts("]");
+                if (asprintf(&path, "%s/output-%u.%s", cell_save_dir, cell_save_next, ext) < 0)
+                        return -ENOMEM;
+                fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+                if (fd < 0 && errno == EEXIST)
+                        continue;
+                if (fd < 0)
+                        return -errno;
+                r = write_all(fd, data, n);
+                if (r < 0) {
+                        (void) unlink(path);
+                        return r;
                 }
-                fflush(stdout);
-        } else if (streq(type, "error")) {
-                const json_t *tb = json_object_get(out, "traceback"), *line;
-                size_t i;
-
-                fflush(stdout);
-                if (traceback && json_array_size(tb) > 0) {
-                        bool keep_colour = isatty(STDERR_FILENO);
-
-                        json_array_foreach(tb, i, line) {
-                                write_text(stderr, line, "", !keep_colour);
-                                fputc('\n', stderr);
-                        }
-                } else {
-                        const json_t *evalue = json_object_get(out, "evalue");
-
-                        write_text(stderr, json_object_get(out, "ename"), "Error", true);
-                        if (json_string_length(evalue) > 0) {
-                                fputs(": ", stderr);
-                                write_text(stderr, evalue, "", true);
-                        }
-                        fputc('\n', stderr);
-                }
-                fflush(stderr);
+                cell_save_next++;
+                *ret_path = TAKE_PTR(path);
+                return 0;
         }
-        /* clear_output: a terminal cannot take back what it printed. */
+        return -EEXIST;
+}
+
+void render_output(const json_t *out, bool traceback) {
+        if (!cell && !cell_failed) {
+                cell = cell_render_new(cell_max_output, traceback, emit_terminal, NULL);
+                if (cell && cell_save_dir)
+                        cell_render_set_save(cell, save_image, NULL);
+        }
+        if (!cell_failed && (!cell || cell_render_output(cell, out) < 0)) {
+                cell_failed = true;
+                (void) client_fail(EXIT_FAILED, "out of memory: the cell's outputs from here on are not shown.");
+        }
+}
+
+int render_output_finish(size_t *ret_kept, size_t *ret_dropped) {
+        size_t kept = 0, dropped = 0;
+        int r = 0;
+
+        if (cell)
+                r = cell_render_finish(cell, &kept, &dropped);
+        cell_render_free(cell);
+        cell = NULL;
+        if (r < 0 && !cell_failed)
+                (void) client_fail(EXIT_FAILED, "out of memory: the end of the cell's outputs is not shown.");
+        cell_failed = false;
+        if (ret_kept)
+                *ret_kept = kept;
+        if (ret_dropped)
+                *ret_dropped = dropped;
+        return r;
 }
 
 void render_json_line(const json_t *j) {
@@ -378,8 +357,7 @@ void render_exit_note(const char *exit, const char *context) {
 void render_exec_summary(const ReplyExecResult *res, bool died) {
         _cleanup_free_ char *st = client_sanitize(res->status, false);
 
-        if (stdout_mid_line)
-                putchar('\n');
+        (void) render_output_finish(NULL, NULL);
         if (died && streq(res->status, "died")) {
                 _cleanup_free_ char *k = res->kernel_id ? client_sanitize(res->kernel_id, false) : NULL;
                 if (k)

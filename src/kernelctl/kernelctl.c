@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -609,6 +610,12 @@ static void help(void) {
                "  --stream             exec: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
                "  --traceback          exec: print the whole traceback of an error\n"
+               "  --max-output SIZE    exec: keep at most SIZE bytes of the cell's text (4K,\n"
+               "                       1M; 1K to 1G), its head and its tail with a line\n"
+               "                       saying what was dropped between them\n"
+               "  --save-images DIR    exec: write each image of the cell to DIR as\n"
+               "                       output-N.png (N the first number free) and name the\n"
+               "                       file in the image's line\n"
                "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
@@ -668,6 +675,8 @@ int main(int argc, char *argv[]) {
                 ARG_KERNEL,
                 ARG_TRANSPORT,
                 ARG_RESTORE,
+                ARG_MAX_OUTPUT,
+                ARG_SAVE_IMAGES,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -687,6 +696,8 @@ int main(int argc, char *argv[]) {
                 { "kernel", required_argument, NULL, ARG_KERNEL },
                 { "transport", required_argument, NULL, ARG_TRANSPORT },
                 { "restore", required_argument, NULL, ARG_RESTORE },
+                { "max-output", required_argument, NULL, ARG_MAX_OUTPUT },
+                { "save-images", required_argument, NULL, ARG_SAVE_IMAGES },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -721,6 +732,23 @@ int main(int argc, char *argv[]) {
                 case ARG_TRACEBACK:
                         o.traceback = true;
                         break;
+                case ARG_MAX_OUTPUT: {
+                        const char *why = NULL;
+
+                        if (parse_size(optarg, &o.max_output, &why) < 0)
+                                return client_usage_error("invalid --max-output '%s': %s", optarg, why);
+                        break;
+                }
+                case ARG_SAVE_IMAGES: {
+                        struct stat st;
+
+                        if (stat(optarg, &st) < 0)
+                                return client_usage_error("invalid --save-images '%s': %s", optarg, strerror(errno));
+                        if (!S_ISDIR(st.st_mode))
+                                return client_usage_error("invalid --save-images '%s': not a directory", optarg);
+                        o.save_images = optarg;
+                        break;
+                }
                 case ARG_EXPECT:
                         if (!*optarg)
                                 return client_usage_error("--expect needs a kernel_id");
@@ -796,8 +824,14 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("%s: missing context name", cmd->name);
         if (n_args > cmd->max_args)
                 return client_usage_error("%s: too many arguments", cmd->name);
-        if ((o.stream || o.traceback) && !streq(cmd->name, "exec"))
-                return client_usage_error("%s is an option of exec", o.stream ? "--stream" : "--traceback");
+        if ((o.stream || o.traceback || o.max_output) && !streq(cmd->name, "exec"))
+                return client_usage_error("%s is an option of exec", o.stream      ? "--stream"
+                                                                     : o.traceback ? "--traceback"
+                                                                                   : "--max-output");
+        if (o.save_images && !streq(cmd->name, "exec"))
+                return client_usage_error("--save-images is an option of exec");
+        if (o.save_images && (o.json || o.stream))
+                return client_usage_error("--save-images is for exec's text: --json and --stream carry the images");
         if (o.expect && !streq(cmd->name, "check"))
                 return client_usage_error("--expect is an option of check");
         if (o.dry_run && !streq(cmd->name, "reload"))

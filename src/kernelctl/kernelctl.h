@@ -14,12 +14,14 @@
 typedef struct Options {
         const char *socket;
         bool json;
-        bool stream;        /* exec: JSON lines as outputs arrive */
-        bool traceback;     /* exec: whole tracebacks */
-        const char *expect; /* check: the kernel_id saved earlier */
-        usec_t timeout;     /* USEC_INFINITY when not given */
-        bool dry_run;       /* reload: say what would change */
-        bool wait;          /* add: until the new context's kernel is ready */
+        bool stream;             /* exec: JSON lines as outputs arrive */
+        bool traceback;          /* exec: whole tracebacks */
+        size_t max_output;       /* exec: the text's budget in bytes (head and tail kept); 0: none */
+        const char *save_images; /* exec: the directory the text mode writes images to; NULL: none */
+        const char *expect;      /* check: the kernel_id saved earlier */
+        usec_t timeout;          /* USEC_INFINITY when not given */
+        bool dry_run;            /* reload: say what would change */
+        bool wait;               /* add: until the new context's kernel is ready */
         /* add: the new context's settings; env is NULL-terminated. */
         const char *user, *group, *cwd, *connection_file;
         const char *kernel, *transport, *restore; /* add: the new context's kernelspec, transport, restore */

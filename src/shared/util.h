@@ -31,6 +31,9 @@ int parse_timestamp(const char *s, usec_t *ret);
 
 /* Parses a whole decimal unsigned number in [min, max]; -EINVAL/-ERANGE otherwise. */
 int parse_uint(const char *s, unsigned long long min, unsigned long long max, unsigned long long *ret);
+/* Bytes, with an optional K, M or G suffix (powers of 1024): "10M", into the size_t at data; at least 1 KiB, at most
+ * 1 GiB. A ValueParser of the configuration (config-value.h): on -EINVAL, *ret_reason says why in a few words. */
+int parse_size(const char *value, void *data, const char **ret_reason);
 
 int random_bytes(void *p, size_t n);
 /* 32-bit FNV-1a of a string: cheap, and stable across builds and machines (ports are derived from it). */

@@ -9,6 +9,7 @@ kernel from a replaced one."""
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -235,12 +236,13 @@ def test_outputs(tap, d):
         tap.ok(png and isinstance(png[0]["data"]["image/png"], str) and len(png[0]["data"]["image/png"]) > 100,
                "matplotlib: a display_data with image/png", repr(outs)[:300])
         r = d.ctl("exec", "default", "plt.plot([2,1]); plt.show()")
-        tap.ok(r.returncode == 0 and "Figure" in r.stdout, "matplotlib in text mode shows text/plain",
+        tap.ok(r.returncode == 0 and re.match(r"\[image/png \d+(\.\d)? KB\]\n", r.stdout) and "Figure" not in r.stdout,
+               "matplotlib in text mode: the image named with its size, its <Figure> placeholder left out",
                repr(r.stdout[:200]))
     else:
         tap.skip("matplotlib: image/png", "/usr/bin/python3 has no matplotlib")
     r = d.ctl("exec", "default", "from IPython.display import display\ndisplay({'image/png': 'AAAA'}, raw=True)")
-    tap.eq(r.stdout.split("\n")[0], "[image/png]", "a display without text/plain is named by its MIME types")
+    tap.eq(r.stdout.split("\n")[0], "[image/png 3 B]", "a display without text/plain is named by its MIME type and size")
 
     rc, j = d.ctl_json("exec", "small", "print('x' * 5_000_000)\nprint('after')\nz = 1", timeout=60)
     outs = (j or {}).get("outputs") or []
