@@ -274,6 +274,15 @@ int execution_new(ExecutionStore *s, const char *context, uid_t uid, unsigned ke
         return 0;
 }
 
+void execution_discard(Execution *e) {
+        if (e)
+                execution_free(e);
+}
+
+size_t execution_bytes(const Execution *e) {
+        return e->bytes;
+}
+
 static int set_kernel(Execution *e, const char *kernel_id) {
         char *k;
 
@@ -315,8 +324,8 @@ int execution_output(Execution *e, const json_t *output) {
         return 0;
 }
 
-int execution_end(Execution *e, ExecutionState state, long long execution_count, const char *kernel_id,
-                  json_t *result, bool is_error, const char *message, usec_t now) {
+int execution_end(Execution *e, ExecutionState state, long long execution_count, const char *kernel_id, json_t *result,
+                  bool is_error, const char *message, usec_t now) {
         ExecutionStore *s = e->store;
         ExecutionWatch *w;
 

@@ -71,6 +71,11 @@ int execution_store_list(ExecutionStore *s, Execution ***ret, size_t *ret_n);
 int execution_new(ExecutionStore *s, const char *context, uid_t uid, unsigned keep, usec_t ttl, usec_t now,
                   Execution **ret);
 
+/* Forgets e, which no watcher follows (a cell that could not be queued). */
+void execution_discard(Execution *e);
+/* What e's outputs and result cost now (execution_json_size). */
+size_t execution_bytes(const Execution *e);
+
 /* The cell went to the kernel kernel_id (copied; may be NULL). */
 int execution_start(Execution *e, const char *kernel_id, usec_t now);
 /* The next output (deep-copied): it gets the next number, is kept, and goes to every watcher. -EINVAL after the
@@ -80,8 +85,8 @@ int execution_output(Execution *e, const json_t *output);
  * and the answer an execute request gets (stolen): result is its body, is_error says it comes as an error (with
  * message, copied). Every watcher's on_end is called, then the bounds are applied (e itself may lose its outputs,
  * never the record, before the function returns). -EINVAL when it ended already or state is not final. */
-int execution_end(Execution *e, ExecutionState state, long long execution_count, const char *kernel_id,
-                  json_t *result, bool is_error, const char *message, usec_t now);
+int execution_end(Execution *e, ExecutionState state, long long execution_count, const char *kernel_id, json_t *result,
+                  bool is_error, const char *message, usec_t now);
 
 /* Follows e (which has not ended: -EINVAL else) until it ends or execution_unwatch. *ret is valid until then. */
 int execution_watch(Execution *e, const ExecutionWatcher *watcher, void *userdata, ExecutionWatch **ret);

@@ -27,10 +27,11 @@ typedef struct Method {
         MethodFlags flags;
 } Method;
 
-#define N_METHODS 14 /* the rows of methods[] */
+#define N_METHODS 17 /* the rows of methods[] */
 
 struct Handlers {
         HandlersHost host;
+        ExecutionStore *executions;
         struct Waiter *waiters;           /* control requests waiting for a state */
         ControlMethod control[N_METHODS]; /* the table as the control server takes it: every row dispatched here */
 };
@@ -69,7 +70,19 @@ static bool peer_privileged(const ControlPeer *peer) {
 }
 
 bool handlers_peer_sees(const ControlPeer *peer, const Context *c) {
-        return peer_privileged(peer) || context_uid(c) == peer->uid;
+        return handlers_peer_sees_uid(peer, context_uid(c));
+}
+
+bool handlers_peer_sees_uid(const ControlPeer *peer, uid_t uid) {
+        return peer_privileged(peer) || uid == peer->uid;
+}
+
+ExecutionStore *handlers_executions(Handlers *h) {
+        return h->executions;
+}
+
+void handlers_set_executions_memory(Handlers *h, size_t bytes) {
+        execution_store_set_memory(h->executions, bytes);
 }
 
 /* ---- Replies (reply.h) ---- */
@@ -894,6 +907,9 @@ static const Method methods[] = {
         { "metrics", method_metrics, 0 },
         { "kernels", method_kernels, 0 },
         { "history", method_history, 0 },
+        { "attach", method_attach, 0 },
+        { "executions", method_executions, 0 },
+        { "cancel", method_cancel, 0 },
 };
 _Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");
 
@@ -928,6 +944,10 @@ int handlers_new(const HandlersHost *host, Handlers **ret) {
         if (!h)
                 return -ENOMEM;
         h->host = *host;
+        if (execution_store_new(host->executions_memory, &h->executions) < 0) {
+                free(h);
+                return -ENOMEM;
+        }
         for (size_t i = 0; i < N_METHODS; i++)
                 h->control[i] = (ControlMethod){ .name = methods[i].name, .handler = method_dispatch };
         *ret = h;
@@ -940,5 +960,7 @@ const ControlMethod *handlers_methods(const Handlers *h, size_t *ret_n) {
 }
 
 void handlers_free(Handlers *h) {
+        if (h)
+                execution_store_free(h->executions);
         free(h);
 }

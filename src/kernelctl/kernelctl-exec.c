@@ -76,7 +76,7 @@ static int read_code(char **ret) {
         return EXIT_OK;
 }
 
-static int exec_exit_code(const char *status) {
+int exec_exit_code(const char *status) {
         if (!status)
                 return EXIT_FAILED;
         if (streq(status, "ok"))
@@ -97,12 +97,8 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         json_auto_t *params = NULL;
         _cleanup_close_ int fd = -1;
         _cleanup_(client_reply_done) ClientReply reply = {};
-        ReplyExecResult res;
-        ReplyProblem problem;
         ExecState st = { .o = o };
-        const json_t *body;
         const char *code;
-        bool failed;
         usec_t wait;
         int r;
 
@@ -120,6 +116,8 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
                 return client_fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
         if (set_timeout(params, o->timeout) < 0)
                 return client_fail(EXIT_FAILED, "out of memory.");
+        if (o->detach)
+                return exec_detach(o, TAKE_PTR(params));
         /* Without a cell timeout the cell may run for ever, and so may we. */
         wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
 
@@ -129,18 +127,26 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         r = client_transact(fd, "execute", TAKE_PTR(params), wait, exec_on_notify, &st, &reply);
         if (r != EXIT_OK)
                 return r;
+        return exec_answer(o, args[0], &reply, st.n_outputs == 0);
+}
+
+int exec_answer(const Options *o, const char *context, const ClientReply *reply, bool show_result_outputs) {
+        ReplyExecResult res;
+        ReplyProblem problem;
+        const json_t *body;
+        bool failed;
 
         /* A cell that did not run to its end (the kernel died, the context
          * stopped) comes as an error whose data is the result. */
-        failed = !reply.result;
-        body = failed ? reply.data : reply.result;
+        failed = !reply->result;
+        body = failed ? reply->data : reply->result;
         if (reply_exec_result_decode(body, &res, &problem) < 0)
-                return failed ? client_report_error(reply.code, reply.message) : client_invalid_reply(&problem);
+                return failed ? client_report_error(reply->code, reply->message) : client_invalid_reply(&problem);
 
         if (o->json || o->stream) {
                 json_auto_t *shown = json_deep_copy(body);
 
-                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0))
+                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply->message)) < 0))
                         return client_fail(EXIT_FAILED, "out of memory.");
                 if (o->stream)
                         render_json_line(shown);
@@ -151,19 +157,19 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
                 size_t i;
 
                 /* A daemon that streamed nothing: the outputs are in the result. */
-                if (st.n_outputs == 0)
+                if (show_result_outputs)
                         json_array_foreach(res.outputs, i, out) {
                                 render_output(out, o->traceback);
                         }
                 if (failed)
-                        (void) client_report_error(reply.code, reply.message);
+                        (void) client_report_error(reply->code, reply->message);
                 else if (streq(res.status, "kernel_aborted") && res.message) {
                         /* A cell the kernel did not run says why, as a failed one does. */
                         _cleanup_free_ char *why = client_sanitize(res.message, false);
 
                         fprintf(stderr, "kernelctl: %s.\n", why ?: "?");
                 }
-                render_exit_note(res.exit, args[0]);
+                render_exit_note(res.exit, context);
                 render_exec_summary(&res, failed);
         }
         return failed ? EXIT_FAILED : exec_exit_code(res.status);

@@ -538,6 +538,12 @@ static const Verb verbs[] = {
         { "exec", "CTX [CODE|-]",
           "run a cell in the context's kernel (code from stdin\nwithout CODE or with -) and print its outputs", 1, 2,
           ARGS_CONTEXT, cmd_exec },
+        { "attach", "ID",
+          "print the outputs of an execution (exec --detach)\nfrom number --from N on (default 0), follow it\nuntil "
+          "its end (at most --timeout) and exit as exec",
+          1, 1, ARGS_NONE, cmd_attach },
+        { "executions", "[CTX]", "list the recent executions (of a context)", 0, 1, ARGS_CONTEXTS, cmd_executions },
+        { "cancel", "ID", "withdraw a queued execution or interrupt a running one", 1, 1, ARGS_NONE, cmd_cancel },
         { "interrupt", "CTX", "interrupt the cell running in a context (any client's)", 1, 1, ARGS_CONTEXT,
           cmd_interrupt },
         { "check", "CTX",
@@ -613,9 +619,12 @@ static void help(void) {
                "                       (default: its stop_timeout + 1); add --wait:\n"
                "                       default 60\n"
                "                       more than 0 and at most 86400 (one day)\n"
-               "  --stream             exec: print each output as a JSON line as it arrives,\n"
+               "  --stream             exec, attach: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
-               "  --traceback          exec: print the whole traceback of an error\n"
+               "  --traceback          exec, attach: print the whole traceback of an error\n"
+               "  --detach             exec: print the execution's id once the cell is\n"
+               "                       accepted and leave it running (exit 0)\n"
+               "  --from N             attach: the first output to print (default 0)\n"
                "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
@@ -675,6 +684,8 @@ int main(int argc, char *argv[]) {
                 ARG_KERNEL,
                 ARG_TRANSPORT,
                 ARG_RESTORE,
+                ARG_DETACH,
+                ARG_FROM,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -694,10 +705,12 @@ int main(int argc, char *argv[]) {
                 { "kernel", required_argument, NULL, ARG_KERNEL },
                 { "transport", required_argument, NULL, ARG_TRANSPORT },
                 { "restore", required_argument, NULL, ARG_RESTORE },
+                { "detach", no_argument, NULL, ARG_DETACH },
+                { "from", required_argument, NULL, ARG_FROM },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        Options o = { .timeout = USEC_INFINITY };
+        Options o = { .timeout = USEC_INFINITY, .from = -1 };
         _cleanup_free_ char **env_list = NULL;
         bool add_options = false;
         const Verb *cmd = NULL;
@@ -739,6 +752,17 @@ int main(int argc, char *argv[]) {
                 case ARG_WAIT:
                         o.wait = true;
                         break;
+                case ARG_DETACH:
+                        o.detach = true;
+                        break;
+                case ARG_FROM: {
+                        unsigned long long v;
+                        if (parse_uint(optarg, 0, INT64_MAX, &v) < 0)
+                                return client_usage_error("invalid --from '%s': an output's number, 0 or more",
+                                                          optarg);
+                        o.from = (long long) v;
+                        break;
+                }
                 case ARG_USER:
                         o.user = optarg;
                         add_options = true;
@@ -800,11 +824,16 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("unknown command '%s'", argv[optind]);
         n_args = (unsigned) (argc - optind - 1);
         if (n_args < cmd->min_args)
-                return client_usage_error("%s: missing context name", cmd->name);
+                return client_usage_error("%s: missing %s", cmd->name,
+                                          cmd->args == ARGS_NONE ? "execution id" : "context name");
         if (n_args > cmd->max_args)
                 return client_usage_error("%s: too many arguments", cmd->name);
-        if ((o.stream || o.traceback) && !streq(cmd->name, "exec"))
-                return client_usage_error("%s is an option of exec", o.stream ? "--stream" : "--traceback");
+        if ((o.stream || o.traceback) && !streq(cmd->name, "exec") && !streq(cmd->name, "attach"))
+                return client_usage_error("%s is an option of exec and attach", o.stream ? "--stream" : "--traceback");
+        if (o.detach && !streq(cmd->name, "exec"))
+                return client_usage_error("--detach is an option of exec");
+        if (o.from >= 0 && !streq(cmd->name, "attach"))
+                return client_usage_error("--from is an option of attach");
         if (o.expect && !streq(cmd->name, "check"))
                 return client_usage_error("--expect is an option of check");
         if (o.dry_run && !streq(cmd->name, "reload"))

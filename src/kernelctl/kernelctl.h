@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "client.h"
 #include "util.h"
 
 /* How long a verb waits for the daemon when no --timeout says otherwise. */
@@ -16,6 +17,8 @@ typedef struct Options {
         bool json;
         bool stream;        /* exec: JSON lines as outputs arrive */
         bool traceback;     /* exec: whole tracebacks */
+        bool detach;        /* exec: print the execution's id once accepted, leave it running */
+        long long from;     /* attach: the first output's number; -1 when not given (0) */
         const char *expect; /* check: the kernel_id saved earlier */
         usec_t timeout;     /* USEC_INFINITY when not given */
         bool dry_run;       /* reload: say what would change */
@@ -32,3 +35,14 @@ int set_timeout(json_t *params, usec_t timeout);
 
 /* kernelctl-exec.c: exec CONTEXT [CODE|-]. args[0] names the context (checked by the dispatcher). */
 int cmd_exec(const Options *o, char **args, unsigned n_args);
+/* The exit code of a cell's status ("ok" 0, "error" 7, ...). */
+int exec_exit_code(const char *status);
+/* Prints the end of a cell as exec does from the daemon's answer to execute (or attach) and returns exec's exit
+ * code; show_result_outputs: print the result's outputs too (none was streamed). context: for the exit() note. */
+int exec_answer(const Options *o, const char *context, const ClientReply *reply, bool show_result_outputs);
+
+/* kernelctl-attach.c. exec_detach sends execute (params stolen) with detach and prints the id. */
+int exec_detach(const Options *o, json_t *params);
+int cmd_attach(const Options *o, char **args, unsigned n_args);
+int cmd_executions(const Options *o, char **args, unsigned n_args);
+int cmd_cancel(const Options *o, char **args, unsigned n_args);
