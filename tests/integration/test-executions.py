@@ -2,7 +2,9 @@
 leaves the cell running; attach --from N read in pieces, each dropped after a few outputs and
 resumed from the number after the last one seen, gives exactly one full read; the listing, cancel
 of a running and of a queued cell, a client that goes away without keep (its cell interrupted, as
-before), and another uid gets "no such execution" as for a missing id; hostile params."""
+before) and one killed with keep (the cell runs on, attach gets all), expiry by count
+(executions_keep) and by time (executions_ttl), outputs dropped by executions_memory, and
+another uid gets "no such execution" as for a missing id; hostile params."""
 
 import json
 import os
@@ -60,8 +62,8 @@ def wait_state(d, exec_id, states, what):
                               check=lambda s: s in states)
 
 
-def detach(tap, d, code, name):
-    r = d.ctl("exec", "default", code, "--detach")
+def detach(tap, d, code, name, ctx="default"):
+    r = d.ctl("exec", ctx, code, "--detach")
     ok = r.returncode == 0 and UUID_RE.fullmatch(r.stdout.strip() or "-") is not None
     tap.ok(ok, f"{name}: exec --detach prints a UUID and exits 0", repr((r.returncode, r.stdout, r.stderr)))
     return r.stdout.strip() if ok else None
@@ -189,6 +191,67 @@ def test_no_keep(tap, d):
     tap.ok(r.returncode == 0 and r.stdout.startswith("next\n"), "no keep: the context is free again", r.stderr)
 
 
+def test_keep_killed(tap, d):
+    # A caller that asked keep and went away abruptly (as kill -9 does: the socket just closes) mid-cell.
+    raw = harness.RawControl(d.socket)
+    first = None
+    try:
+        req = {"jsonrpc": "2.0", "id": 1, "method": "execute",
+               "params": {"context": "default", "code": TICKER, "on_disconnect": "keep"}}
+        raw.send(json.dumps(req).encode() + b"\n")
+        first = json.loads(raw.read_line(30))
+        outs = 0
+        while outs < 3:
+            m = json.loads(raw.read_line(30))
+            outs += m.get("method") == "output"
+    finally:
+        raw.s.close()
+    exec_id = (first or {}).get("params", {}).get("id")
+    tap.ok(exec_id and first.get("method") == "execution", "keep: the stream names the execution", repr(first))
+    if not exec_id:
+        return
+    st = wait_state(d, exec_id, ("ok", "interrupted", "error"), "the kept cell to end")
+    tap.eq(st, "ok", "keep: the caller gone, the cell ran to its end")
+    r = d.ctl("attach", exec_id)
+    tap.eq((r.returncode, r.stdout.split("\n")[:N_PRINTS]), (0, [str(i) for i in range(N_PRINTS)]),
+           "keep: attach gets every output", r.stderr)
+
+
+def test_bounds(tap, d):
+    ids = [detach(tap, d, f"print({i})", f"count {i}", "few") for i in range(3)]
+    if None in ids:
+        return
+    for i in ids:
+        wait_state(d, i, ("ok",), "the cell to end")
+    r = d.ctl("attach", ids[0])
+    tap.ok(r.returncode == 5 and "no such execution" in r.stderr,
+           "executions_keep = 2: the third ended drops the first", r.stderr)
+    r = d.ctl("attach", ids[2])
+    tap.ok(r.returncode == 0 and r.stdout.startswith("2\n"), "executions_keep = 2: the last is kept", r.stderr)
+
+    brief = detach(tap, d, "print('x')", "ttl", "brief")
+    wait_state(d, brief, ("ok",), "the brief cell to end")
+    gone = harness.poll_until(lambda: state_of(d, brief) is None, 60, "the brief execution to expire")
+    tap.ok(gone, "executions_ttl = 1s: an ended execution is forgotten after it")
+
+    # executions_memory = 512K: a 200 kB cell (kept twice: numbered outputs and result), then another: the
+    # first one's outputs are dropped, its record stays.
+    big = [detach(tap, d, "print('y' * 200000)", f"memory {i}") for i in range(2)]
+    if None in big:
+        return
+    for i in big:
+        wait_state(d, i, ("ok",), "the big cell to end")
+    e = state_of(d, big[0])
+    tap.ok(e is not None and e["outputs_dropped"] and e["outputs"] >= 1,
+           "executions_memory: the older big execution lost its outputs, its record says so", repr(e))
+    r = d.ctl("attach", big[0])
+    tap.ok(r.returncode == 1 and "no longer kept" in r.stderr, "executions_memory: attach says they are gone",
+           r.stderr)
+    r = d.ctl("attach", big[1], "--stream")
+    tap.ok(r.returncode == 0 and len(r.stdout) > 200000, "executions_memory: the newer one is whole",
+           r.stderr)
+
+
 def test_hostile(tap, d, exec_id):
     rep = d.rpc("attach", {"id": exec_id, "from": -1})
     tap.ok(harness.is_rpc_error(rep, -32602), "attach from -1: invalid params", repr(rep))
@@ -230,9 +293,11 @@ def test_hostile(tap, d, exec_id):
 
 
 def test(tap):
-    d = harness.Daemon(tap, contexts="[context:default]\n")
+    d = harness.Daemon(tap, contexts="[context:default]\n[context:few]\nexecutions_keep = 2\n"
+                       "[context:brief]\nexecutions_ttl = 1s\n", supervisor="executions_memory = 512K\n")
     d.start()
-    d.wait_state("default", "ready")
+    for c in ("default", "few", "brief"):
+        d.wait_state(c, "ready")
     exec_id = None
     with tap.guard("pieces"):
         exec_id = test_pieces(tap, d)
@@ -240,6 +305,10 @@ def test(tap):
         test_cancel(tap, d)
     with tap.guard("no keep"):
         test_no_keep(tap, d)
+    with tap.guard("keep, killed"):
+        test_keep_killed(tap, d)
+    with tap.guard("bounds"):
+        test_bounds(tap, d)
     if exec_id:
         with tap.guard("hostile"):
             test_hostile(tap, d, exec_id)
