@@ -44,10 +44,14 @@ struct Execution {
 
         ExecutionWatch *watches;
         void *owner;
+        /* In the store's list of ended executions that keep their outputs, in the order they ended. */
+        Execution *kprev, *knext;
+        bool keeping;
 };
 
 struct ExecutionStore {
         Execution *head, *tail;
+        Execution *khead, *ktail; /* ended and keeping their outputs, the first ended first */
         size_t n;
         size_t bytes, memory;
 };
@@ -98,11 +102,42 @@ static void account(Execution *e, size_t add) {
         e->store->bytes += add;
 }
 
+static void keeping_unlink(Execution *e) {
+        ExecutionStore *s = e->store;
+
+        if (!e->keeping)
+                return;
+        if (e->kprev)
+                e->kprev->knext = e->knext;
+        else
+                s->khead = e->knext;
+        if (e->knext)
+                e->knext->kprev = e->kprev;
+        else
+                s->ktail = e->kprev;
+        e->kprev = e->knext = NULL;
+        e->keeping = false;
+}
+
+static void keeping_append(Execution *e) {
+        ExecutionStore *s = e->store;
+
+        e->kprev = s->ktail;
+        e->knext = NULL;
+        if (s->ktail)
+                s->ktail->knext = e;
+        else
+                s->khead = e;
+        s->ktail = e;
+        e->keeping = true;
+}
+
 static void drop_outputs(Execution *e) {
         size_t keep = EXECUTION_OVERHEAD;
 
         if (e->dropped)
                 return;
+        keeping_unlink(e);
         e->dropped = true;
         (void) json_array_clear(e->outputs);
         if (e->result)
@@ -125,6 +160,7 @@ static void execution_free(Execution *e) {
                 s->tail = e->prev;
         s->n--;
         s->bytes -= e->bytes;
+        keeping_unlink(e);
         while ((w = e->watches)) {
                 e->watches = w->next;
                 free(w);
@@ -137,28 +173,18 @@ static void execution_free(Execution *e) {
         free(e);
 }
 
-/* The oldest ended execution that still keeps its outputs, by end time. */
-static Execution *oldest_keeping(ExecutionStore *s) {
-        Execution *best = NULL;
-
-        for (Execution *e = s->head; e; e = e->next)
-                if (execution_ended(e) && !e->dropped && (!best || e->ended < best->ended))
-                        best = e;
-        return best;
-}
-
+/* The ended executions that keep outputs lose them, the first ended first, until the store is within its bound.
+ * Constant time per call while nothing can be dropped (each output of a running cell calls it). */
 static void enforce_memory(ExecutionStore *s) {
-        Execution *e;
-
-        while (s->bytes > s->memory && (e = oldest_keeping(s)))
-                drop_outputs(e);
+        while (s->bytes > s->memory && s->khead)
+                drop_outputs(s->khead);
 }
 
-/* Keeps the last e->keep ended executions of e's context (e, which just ended, always among them). */
 static bool expired(const Execution *e, usec_t now) {
         return execution_ended(e) && e->ttl != USEC_INFINITY && now >= e->ended && now - e->ended >= e->ttl;
 }
 
+/* Keeps the last e->keep ended executions of e's context (e, which just ended, always among them). */
 static void enforce_count(ExecutionStore *s, const Execution *e) {
         size_t ended = 0;
         Execution *x, *oldest;
@@ -345,6 +371,7 @@ int execution_end(Execution *e, ExecutionState state, long long execution_count,
         e->result_is_error = is_error;
         if (result)
                 account(e, execution_json_size(result));
+        keeping_append(e);
         while ((w = e->watches)) {
                 e->watches = w->next;
                 if (w->watcher.on_end)
