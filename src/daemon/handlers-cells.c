@@ -188,6 +188,9 @@ void method_execute(ControlRequest *req, json_t *params, void *userdata) {
                 (void) reply_execution_encode(&rec, &j);
                 return control_request_reply(req, j);
         }
+        /* Its streamed outputs and its reply each hold up to output_limit
+         * bytes of text, which JSON may double (newlines, quotes). */
+        control_request_allow_queue(req, opt.output_limit > SIZE_MAX / 4 ? SIZE_MAX : 4 * opt.output_limit);
         handlers_follow(req, e, 0, !keep);
 }
 

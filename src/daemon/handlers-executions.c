@@ -10,10 +10,6 @@
 #include "protocol.h"
 #include "util.h"
 
-/* What a follower may leave unread beyond the outputs it replays: the reply's merged outputs and the stream to
- * come, as execute allows for a cell (4 * output_limit), at least this. */
-#define FOLLOW_QUEUE_MIN (64 * 1024 * 1024)
-
 /* A control request that reads an execution until it ends. */
 typedef struct Follower {
         ControlRequest *req;
@@ -92,12 +88,14 @@ static void notify_record(ControlRequest *req, const Execution *e) {
 }
 
 void handlers_follow(ControlRequest *req, Execution *e, uint64_t from, bool interrupt_on_leave) {
+        size_t kept = execution_bytes(e);
         Follower *f;
-        size_t allow = execution_bytes(e);
 
-        /* Each output replayed, and the reply, may be twice as long as JSON (newlines, quotes). */
-        control_request_allow_queue(req,
-                                    allow > SIZE_MAX / 4 - FOLLOW_QUEUE_MIN ? SIZE_MAX : 4 * allow + FOLLOW_QUEUE_MIN);
+        /* What is kept (the outputs replayed and the reply's merged outputs) may take twice its size as JSON
+         * (newlines, quotes): at most 4 * output_limit, as for execute's own cell. What the cell prints from now on
+         * rides on the connection's fixed allowance (control.h): an attach that reads too slowly is disconnected
+         * then, and may attach again from where it was. */
+        control_request_allow_queue(req, kept > SIZE_MAX / 2 ? SIZE_MAX : 2 * kept);
         notify_record(req, e);
         for (uint64_t seq = from; seq < execution_n_outputs(e); seq++)
                 notify_output(req, seq, execution_get_output(e, seq));

@@ -636,11 +636,11 @@ static void help(void) {
                "  -h, --help           show this help\n"
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
-               "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost), 9 kernel replaced, namespace rebuilt by\n"
-               "replaying its journal (restore = replay), 10 the kernel aborted the cell,\n"
-               "11 the cell never started (its timeout passed while it waited; it will\n"
-               "not run).\n"
+               "4 permission denied, 5 no such context (or execution), 6 timed out,\n"
+               "7 the cell raised, 8 kernel replaced (namespace lost), 9 kernel replaced,\n"
+               "namespace rebuilt by replaying its journal (restore = replay), 10 the\n"
+               "kernel aborted the cell, 11 the cell never started (its timeout passed\n"
+               "while it waited; it will not run).\n"
                "See kernelctl(1).\n");
 }
 
