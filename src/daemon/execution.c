@@ -359,10 +359,10 @@ int execution_end(Execution *e, ExecutionState state, long long execution_count,
                 json_decref(result);
                 return -EINVAL;
         }
-        if (set_kernel(e, kernel_id) < 0 || (message && !(e->message = strdup(message)))) {
-                json_decref(result);
-                return -ENOMEM;
-        }
+        /* Out of memory loses the kernel's id or the message, never the end: the watchers must be answered, and
+         * the caller's tie to the cell is gone after this. */
+        (void) set_kernel(e, kernel_id);
+        e->message = message ? strdup(message) : NULL;
         e->state = state;
         e->ended = now;
         if (execution_count >= 0)

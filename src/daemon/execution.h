@@ -84,7 +84,8 @@ int execution_output(Execution *e, const json_t *output);
 /* The end: state (a final one), the execution count (-1: unknown), the kernel (copied; NULL: leave as it was),
  * and the answer an execute request gets (stolen): result is its body, is_error says it comes as an error (with
  * message, copied). Every watcher's on_end is called, then the bounds are applied (e itself may lose its outputs,
- * never the record, before the function returns). -EINVAL when it ended already or state is not final. */
+ * never the record, before the function returns). -EINVAL when it ended already or state is not final (result
+ * is freed then); out of memory loses kernel_id or message, never the end. */
 int execution_end(Execution *e, ExecutionState state, long long execution_count, const char *kernel_id, json_t *result,
                   bool is_error, const char *message, usec_t now);
 

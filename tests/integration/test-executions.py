@@ -267,6 +267,20 @@ def test_hostile(tap, d, exec_id):
     tap.ok(harness.is_rpc_error(rep, -32602), "execute on_disconnect maybe: invalid params", repr(rep))
     rep = d.rpc("execute", {"context": "default", "code": "1", "detach": "yes"})
     tap.ok(harness.is_rpc_error(rep, -32602), "execute detach a string: invalid params", repr(rep))
+    rep = d.rpc("attach", {"id": exec_id, "from": 2 ** 63 - 1})
+    tap.ok(isinstance((rep or {}).get("params"), dict) and rep.get("method") == "execution",
+           "attach from 2^63-1: the record, then only the end", repr(rep)[:300])
+    rep = d.rpc("attach", {"id": exec_id, "from": 2 ** 64})
+    tap.ok(harness.is_rpc_error(rep, -32602) or harness.is_rpc_error(rep, -32700),
+           "attach from 2^64: refused", repr(rep)[:300])
+    rep = d.rpc("executions", {"context": 5})
+    tap.ok(harness.is_rpc_error(rep, -32602), "executions with a context that is not a string: invalid params",
+           repr(rep))
+    rep = d.rpc("cancel", {})
+    tap.ok(harness.is_rpc_error(rep, -32602), "cancel without an id: invalid params", repr(rep))
+    rep = d.rpc("attach", {"id": "\u00e9\u0000x"})
+    tap.ok(harness.is_rpc_error(rep, -32006) or harness.is_rpc_error(rep, -32700),
+           "attach with a NUL in the id: no such execution (or refused as JSON)", repr(rep))
     r = d.ctl("attach", exec_id, "--from", "-1")
     tap.eq(r.returncode, 2, "kernelctl attach --from -1: usage error", r.stderr)
     r = d.ctl("status", "--detach")
