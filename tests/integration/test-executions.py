@@ -25,6 +25,7 @@ TICKER = ("import time\n"
           "    print(i, flush=True)\n"
           "    time.sleep(0.1)\n")
 SPIN = "print('spinning', flush=True)\nwhile True: pass"
+CONTEXTS = "[context:default]\n[context:few]\nexecutions_keep = 2\n[context:brief]\nexecutions_ttl = 1s\n"
 
 
 def popen_ctl(d, *args):
@@ -250,6 +251,12 @@ def test_bounds(tap, d):
     r = d.ctl("attach", big[1], "--stream")
     tap.ok(r.returncode == 0 and len(r.stdout) > 200000, "executions_memory: the newer one is whole",
            r.stderr)
+    # A reload's smaller bound applies at once.
+    d.write_config(CONTEXTS, supervisor="executions_memory = 1K\n")
+    r = d.ctl("reload")
+    e = state_of(d, big[1])
+    tap.ok(r.returncode == 0 and e is not None and e["outputs_dropped"],
+           "executions_memory: a reload to 1K drops the newer one's outputs at once", repr((r.stderr, e)))
 
 
 def test_hostile(tap, d, exec_id):
@@ -307,8 +314,7 @@ def test_hostile(tap, d, exec_id):
 
 
 def test(tap):
-    d = harness.Daemon(tap, contexts="[context:default]\n[context:few]\nexecutions_keep = 2\n"
-                       "[context:brief]\nexecutions_ttl = 1s\n", supervisor="executions_memory = 512K\n")
+    d = harness.Daemon(tap, contexts=CONTEXTS, supervisor="executions_memory = 512K\n")
     d.start()
     for c in ("default", "few", "brief"):
         d.wait_state(c, "ready")
