@@ -18,9 +18,10 @@ int protocol_exit_code(int rpc_code) {
                 int code;
                 int exit_code;
         } table[] = {
-                { KS_ERR_FAILED, EXIT_FAILED },         { KS_ERR_NO_CONTEXT, EXIT_NO_CONTEXT },
-                { KS_ERR_PERMISSION, EXIT_PERMISSION }, { KS_ERR_TIMEOUT, EXIT_TIMEOUT },
-                { KS_ERR_CELL_ERROR, EXIT_CELL_ERROR }, { KS_ERR_REPLACED, EXIT_REPLACED },
+                { KS_ERR_FAILED, EXIT_FAILED },           { KS_ERR_NO_CONTEXT, EXIT_NO_CONTEXT },
+                { KS_ERR_PERMISSION, EXIT_PERMISSION },   { KS_ERR_TIMEOUT, EXIT_TIMEOUT },
+                { KS_ERR_CELL_ERROR, EXIT_CELL_ERROR },   { KS_ERR_REPLACED, EXIT_REPLACED },
+                { KS_ERR_NO_EXECUTION, EXIT_NO_CONTEXT },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(table); i++)

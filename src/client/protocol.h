@@ -19,12 +19,13 @@
 #define RPC_INVALID_PARAMS -32602
 #define RPC_INTERNAL_ERROR -32603
 /* ... and ours, each mapping to a kernelctl exit code (doc/design.md, section 6). */
-#define KS_ERR_FAILED -32000     /* exit 1 */
-#define KS_ERR_NO_CONTEXT -32001 /* exit 5 */
-#define KS_ERR_PERMISSION -32002 /* exit 4 */
-#define KS_ERR_TIMEOUT -32003    /* exit 6 */
-#define KS_ERR_CELL_ERROR -32004 /* exit 7 */
-#define KS_ERR_REPLACED -32005   /* exit 8 */
+#define KS_ERR_FAILED -32000       /* exit 1 */
+#define KS_ERR_NO_CONTEXT -32001   /* exit 5 */
+#define KS_ERR_PERMISSION -32002   /* exit 4 */
+#define KS_ERR_TIMEOUT -32003      /* exit 6 */
+#define KS_ERR_CELL_ERROR -32004   /* exit 7 */
+#define KS_ERR_REPLACED -32005     /* exit 8 */
+#define KS_ERR_NO_EXECUTION -32006 /* exit 5: no execution of that id that the peer may see */
 
 /* kernelctl exit codes. */
 enum {

@@ -201,9 +201,29 @@ static const Field timed_out_fields[] = {
 static const ReplyType timed_out_type = TYPE(ReplyTimedOut, timed_out_fields);
 
 static const Field output_fields[] = {
+        INT(ReplyOutput, "seq", seq, 0, INT64_MAX, .flags = OPTIONAL, .none = -1),
         F(ReplyOutput, "output", FIELD_OUTPUT, output),
 };
 static const ReplyType output_type = TYPE(ReplyOutput, output_fields);
+
+static const Field execution_fields[] = {
+        F(ReplyExecution, "id", FIELD_STRING, id),
+        F(ReplyExecution, "context", FIELD_STRING, context),
+        F(ReplyExecution, "kernel_id", FIELD_STRING, kernel_id, .flags = NULLABLE),
+        F(ReplyExecution, "state", FIELD_STRING, state),
+        INT(ReplyExecution, "execution_count", execution_count, 0, INT64_MAX, .flags = NULLABLE, .none = -1),
+        F(ReplyExecution, "submitted_at", FIELD_TIME, submitted_at),
+        F(ReplyExecution, "started_at", FIELD_TIME, started_at, .flags = NULLABLE),
+        F(ReplyExecution, "ended_at", FIELD_TIME, ended_at, .flags = NULLABLE),
+        INT(ReplyExecution, "outputs", outputs, 0, INT64_MAX),
+        F(ReplyExecution, "outputs_dropped", FIELD_BOOL, outputs_dropped),
+};
+static const ReplyType execution_type = TYPE(ReplyExecution, execution_fields);
+
+static const Field executions_fields[] = {
+        LIST(ReplyExecutions, "executions", FIELD_ARRAY, executions, n_executions, .sub = &execution_type),
+};
+static const ReplyType executions_type = TYPE(ReplyExecutions, executions_fields);
 
 static const Field exec_result_fields[] = {
         F(ReplyExecResult, "status", FIELD_STRING, status),
@@ -750,6 +770,8 @@ REPLY_DEFINE(context, ReplyContext)
 REPLY_DEFINE(timed_out, ReplyTimedOut)
 REPLY_DEFINE(output, ReplyOutput)
 REPLY_DEFINE(exec_result, ReplyExecResult)
+REPLY_DEFINE(execution, ReplyExecution)
+REPLY_DEFINE(executions, ReplyExecutions)
 REPLY_DEFINE(interrupt, ReplyInterrupt)
 REPLY_DEFINE(metrics, ReplyMetrics)
 REPLY_DEFINE(kernels, ReplyKernels)

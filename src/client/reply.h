@@ -9,9 +9,13 @@
  *   start, stop, restart    ReplyContext (also the data of start's and restart's KS_ERR_FAILED)
  *   check, start, stop,     ReplyTimedOut: the data of their KS_ERR_TIMEOUT
  *   restart
- *   execute                 ReplyOutput notifications ("output"), then ReplyExecResult (the data of
+ *   execute                 a ReplyExecution notification ("execution": the record, queued),
+ *                           ReplyOutput notifications ("output"), then ReplyExecResult (the data of
  *                           a KS_ERR_FAILED when the cell did not run to its end: status "died"
- *                           or "aborted")
+ *                           or "aborted"); with detach, ReplyExecution at once
+ *   attach                  as execute, from the output numbered from
+ *   executions              ReplyExecutions
+ *   cancel                  ReplyExecution (as it is after the cancel)
  *   interrupt               ReplyInterrupt
  *   metrics                 ReplyMetrics
  *   kernels                 ReplyKernels
@@ -170,8 +174,30 @@ typedef struct ReplyTimedOut {
 /* The params of an "output" notification of execute: one output of the cell as it arrives, an
  * nbformat v4 output dict (Jupyter's schema, passed through: only "output_type" is checked). */
 typedef struct ReplyOutput {
+        long long seq; /* its number within the execution, from 0 in the order the kernel sent them; -1: left out */
         const json_t *output;
 } ReplyOutput;
+
+/* An execution: a cell the daemon accepted (execution.h). */
+typedef struct ReplyExecution {
+        const char *id; /* a random UUID */
+        const char *context;
+        const char *kernel_id;     /* NULL (null) before it went to a kernel */
+        const char *state;         /* "queued", "running", "ok", "error", "aborted", "timeout", "interrupted",
+                                    * "not_started" or "lost" */
+        long long execution_count; /* -1: null */
+        usec_t submitted_at;
+        usec_t started_at;    /* 0: null */
+        usec_t ended_at;      /* 0: null */
+        long long outputs;    /* how many it had: the next one gets this number */
+        bool outputs_dropped; /* the memory bound took them: attach can give none */
+} ReplyExecution;
+
+/* executions: the ones the peer may see, oldest first. */
+typedef struct ReplyExecutions {
+        ReplyExecution *executions;
+        size_t n_executions;
+} ReplyExecutions;
 
 /* The end of a cell. */
 typedef struct ReplyExecResult {
@@ -279,6 +305,8 @@ REPLY_DECLARE(context, ReplyContext);
 REPLY_DECLARE(timed_out, ReplyTimedOut);
 REPLY_DECLARE(output, ReplyOutput);
 REPLY_DECLARE(exec_result, ReplyExecResult);
+REPLY_DECLARE(execution, ReplyExecution);
+REPLY_DECLARE(executions, ReplyExecutions);
 REPLY_DECLARE(interrupt, ReplyInterrupt);
 REPLY_DECLARE(metrics, ReplyMetrics);
 REPLY_DECLARE(kernels, ReplyKernels);

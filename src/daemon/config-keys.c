@@ -62,6 +62,9 @@ const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_RESTORE] = CONTEXT_KEY("restore", parse_restore, restore, VALUE_RESTORE),
         [KEY_JOURNAL_MAX] = CONTEXT_KEY("journal_max", parse_size, journal_max, VALUE_SIZE),
         [KEY_RESTORE_TIMEOUT] = CONTEXT_KEY("restore_timeout", parse_duration_positive, restore_timeout, VALUE_USEC),
+        [KEY_EXECUTIONS_MEMORY] = SUPERVISOR_KEY("executions_memory", parse_size, executions_memory, VALUE_SIZE),
+        [KEY_EXECUTIONS_KEEP] = CONTEXT_KEY("executions_keep", parse_count, executions_keep, VALUE_UNSIGNED),
+        [KEY_EXECUTIONS_TTL] = CONTEXT_KEY("executions_ttl", parse_duration_positive, executions_ttl, VALUE_USEC),
 };
 
 const ConfigKey *config_key_find(SectionKind kind, const char *key) {
@@ -122,6 +125,8 @@ void context_config_init(ContextConfig *cc) {
                 .restore = RESTORE_NONE,
                 .journal_max = 16 * 1024 * 1024,
                 .restore_timeout = 10 * 60 * USEC_PER_SEC,
+                .executions_keep = 32,
+                .executions_ttl = 60 * 60 * USEC_PER_SEC,
         };
 }
 

@@ -95,6 +95,9 @@ enum {
         KEY_RESTORE,
         KEY_JOURNAL_MAX,
         KEY_RESTORE_TIMEOUT,
+        KEY_EXECUTIONS_MEMORY,
+        KEY_EXECUTIONS_KEEP,
+        KEY_EXECUTIONS_TTL,
         _KEY_MAX,
 };
 

@@ -571,6 +571,8 @@ int parser_resolve(Parser *p) {
                                                "too long to hold control.sock (a Unix socket path has at most 107 "
                                                "bytes); set socket too");
         }
+        if (p->supervisor.keys[KEY_EXECUTIONS_MEMORY].line == 0)
+                c->executions_memory = 64 * 1024 * 1024;
         if (p->supervisor.keys[KEY_PORT_RANGE].line == 0) {
                 c->port_min = DEFAULT_PORT_MIN;
                 c->port_max = DEFAULT_PORT_MAX;

@@ -103,6 +103,10 @@ typedef struct ContextConfig {
         Restore restore;        /* default none */
         size_t journal_max;     /* default 16 MiB */
         usec_t restore_timeout; /* default 10 min */
+        /* The executions of the context kept after they ended (execution.h): the last executions_keep (1 to
+         * 1000, default 32), each for executions_ttl after its end (default 1 h). */
+        unsigned executions_keep;
+        usec_t executions_ttl;
 } ContextConfig;
 
 typedef struct Config {
@@ -120,7 +124,8 @@ typedef struct Config {
         char *state_dir;
         char *contexts_dir;
         uint16_t port_min, port_max;
-        ContextConfig *contexts; /* sorted by name */
+        size_t executions_memory; /* bytes of kept outputs of executions, over the daemon; default 64 MiB */
+        ContextConfig *contexts;  /* sorted by name */
         size_t n_contexts;
 } Config;
 

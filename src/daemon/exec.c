@@ -392,6 +392,8 @@ static int queue_start(ExecQueue *q, ExecCell *cell) {
         memcpy(q->run.msg_id, id, sizeof id);
         q->run.cell = cell;
         cell->started = now_usec(CLOCK_MONOTONIC);
+        if (cell->sink.on_start)
+                cell->sink.on_start(cell->userdata, q->kernel_id);
         if (cell->deadline != USEC_INFINITY) {
                 /* What is left of the timeout after the wait in the queue. */
                 usec_t now = now_usec(CLOCK_MONOTONIC);
@@ -897,6 +899,20 @@ void exec_cell_cancel(ExecCell *cell) {
                 auto_interrupt(q);
         }
         cell_free(cell);
+}
+
+bool exec_cell_interrupt(ExecCell *cell) {
+        ExecQueue *q;
+
+        if (!cell)
+                return false;
+        q = cell->q;
+        if (q->run.cell != cell || !q->run.started)
+                return false;
+        cell->interrupted = true;
+        q->counters.interrupts++;
+        run_interrupt(q);
+        return true;
 }
 
 bool exec_queue_interrupt(ExecQueue *q) {

@@ -7,12 +7,11 @@
  * answered once the context has a new kernel (or gave up), naming it.
  *
  * Callbacks (sink and hooks) never run from inside exec_queue_submit,
- * exec_cell_cancel or exec_queue_interrupt, except hooks->interrupt and
+ * exec_cell_cancel, exec_cell_interrupt or exec_queue_interrupt, except hooks->interrupt and
  * hooks->send, which the latter two call, and hooks->send and
- * hooks->busy(true), which submit calls when the cell starts at once. on_done may run from inside exec_queue_attach,
- * exec_queue_give_up, exec_queue_free, exec_queue_on_reply and
- * exec_queue_on_iopub; from on_done a caller may submit and cancel cells, but
- * must not free the queue. */
+ * hooks->busy(true) and sink->on_start, which submit calls when the cell starts at once. on_done may run from inside
+ * exec_queue_attach, exec_queue_give_up, exec_queue_free, exec_queue_on_reply and exec_queue_on_iopub; from on_done a
+ * caller may submit and cancel cells, but must not free the queue. */
 #pragma once
 
 #include <jansson.h>
@@ -92,6 +91,9 @@ typedef struct ExecSink {
          * and update_display_data are applied, and only nbformat v4 keys are
          * present. */
         void (*on_done)(void *userdata, const ExecResult *result);
+        /* The cell went to the kernel kernel_id (borrowed): from exec_queue_submit too, when it starts at
+         * once; again should a kernel that aborted it unrun get it anew. May be NULL. */
+        void (*on_start)(void *userdata, const char *kernel_id);
 } ExecSink;
 
 typedef struct ExecOptions {
@@ -208,6 +210,11 @@ int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, co
  * cell is interrupted (so it never blocks the context; at most one automatic
  * interrupt per cell) and its reply discarded. on_done is not called for it. */
 void exec_cell_cancel(ExecCell *cell);
+
+/* Interrupts cell, when it is the one the kernel runs and the kernel has started it (as a cell's timeout
+ * does): its on_done follows as the kernel answers. false, and nothing done, for a cell queued, or sent but
+ * not started (another client's request ahead of it in the kernel): exec_cell_cancel withdraws those. */
+bool exec_cell_interrupt(ExecCell *cell);
 
 /* Interrupts whatever cell the kernel runs: ours (also one answered or
  * cancelled but not yet finished in the kernel), or another client's that

@@ -14,7 +14,11 @@ bool handlers_peer_privileged(const ControlPeer *peer) {
 }
 
 bool handlers_peer_sees(const ControlPeer *peer, const Context *c) {
-        return handlers_peer_privileged(peer) || context_uid(c) == peer->uid;
+        return handlers_peer_sees_uid(peer, context_uid(c));
+}
+
+bool handlers_peer_sees_uid(const ControlPeer *peer, uid_t uid) {
+        return handlers_peer_privileged(peer) || uid == peer->uid;
 }
 
 Context *handlers_request_context(Handlers *h, ControlRequest *req, json_t *params) {
@@ -36,4 +40,8 @@ Context *handlers_request_context(Handlers *h, ControlRequest *req, json_t *para
                 return NULL;
         }
         return c;
+}
+
+ExecutionStore *handlers_executions(Handlers *h) {
+        return h->executions;
 }

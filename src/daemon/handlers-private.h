@@ -5,13 +5,15 @@
 #include <jansson.h>
 
 #include "context.h"
+#include "execution.h"
 #include "control.h"
 #include "handlers.h"
 
-#define N_METHODS 14 /* the rows of methods[] */
+#define N_METHODS 17 /* the rows of methods[] */
 
 struct Handlers {
         HandlersHost host;
+        ExecutionStore *executions;
         struct Waiter *waiters;           /* control requests waiting for a state */
         ControlMethod control[N_METHODS]; /* the table as the control server takes it: every row dispatched here */
 };
@@ -29,3 +31,25 @@ Context *handlers_request_context(Handlers *h, ControlRequest *req, json_t *para
 void method_execute(ControlRequest *req, json_t *params, void *userdata);
 void method_history(ControlRequest *req, json_t *params, void *userdata);
 void method_interrupt(ControlRequest *req, json_t *params, void *userdata);
+
+/* The executions of the daemon (handlers-access.c): every cell execute accepted. */
+ExecutionStore *handlers_executions(Handlers *h);
+/* Whether peer may see what runs as uid: root, the daemon's uid, and uid itself. */
+bool handlers_peer_sees_uid(const ControlPeer *peer, uid_t uid);
+
+/* The cell of e, which has not ended (handlers-cells.c). withdraw takes it back from the queue (exec_cell_cancel:
+ * dropped, withdrawn, or interrupted with its reply discarded) and ends e as state (EXECUTION_INTERRUPTED or
+ * EXECUTION_NOT_STARTED) with why; interrupt interrupts it when the kernel runs it (exec_cell_interrupt), its end
+ * then coming as the kernel answers (EXECUTION_INTERRUPTED), and says whether it did. */
+void handlers_cell_withdraw(Execution *e, ExecutionState state, const char *why);
+bool handlers_cell_interrupt(Execution *e);
+
+/* Streams e to req (handlers-cells.c): the "execution" notification (the record), each kept output from
+ * from on, each new one as it comes, then the answer execute gives. With interrupt_on_leave, a peer that goes
+ * away before the end withdraws the cell (on_disconnect = interrupt); else the cell runs on. */
+void handlers_follow(ControlRequest *req, Execution *e, uint64_t from, bool interrupt_on_leave);
+
+/* The methods of executions (handlers-executions.c), rows of the table in handlers.c. */
+void method_attach(ControlRequest *req, json_t *params, void *userdata);
+void method_executions(ControlRequest *req, json_t *params, void *userdata);
+void method_cancel(ControlRequest *req, json_t *params, void *userdata);

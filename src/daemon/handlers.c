@@ -49,6 +49,10 @@ typedef struct Waiter {
         uv_timer_t timer;
 } Waiter;
 
+void handlers_set_executions_memory(Handlers *h, size_t bytes) {
+        execution_store_set_memory(h->executions, bytes);
+}
+
 /* ---- Replies (reply.h) ---- */
 
 /* The contexts named (NULL or empty: all the peer sees), their status in a new array of *ret_n. */
@@ -848,6 +852,9 @@ static const Method methods[] = {
         { "metrics", method_metrics, 0 },
         { "kernels", method_kernels, 0 },
         { "history", method_history, 0 },
+        { "attach", method_attach, 0 },
+        { "executions", method_executions, 0 },
+        { "cancel", method_cancel, 0 },
 };
 _Static_assert(ELEMENTSOF(methods) == N_METHODS, "N_METHODS counts the rows of methods[]");
 
@@ -882,6 +889,10 @@ int handlers_new(const HandlersHost *host, Handlers **ret) {
         if (!h)
                 return -ENOMEM;
         h->host = *host;
+        if (execution_store_new(host->executions_memory, &h->executions) < 0) {
+                free(h);
+                return -ENOMEM;
+        }
         for (size_t i = 0; i < N_METHODS; i++)
                 h->control[i] = (ControlMethod){ .name = methods[i].name, .handler = method_dispatch };
         *ret = h;
@@ -894,5 +905,7 @@ const ControlMethod *handlers_methods(const Handlers *h, size_t *ret_n) {
 }
 
 void handlers_free(Handlers *h) {
+        if (h)
+                execution_store_free(h->executions);
         free(h);
 }

@@ -1,4 +1,5 @@
-/* The control methods: status, check, wait, start, stop, restart, execute, interrupt, reload, add, remove and metrics,
+/* The control methods: status, check, wait, start, stop, restart, execute, interrupt, reload, add, remove, metrics,
+ * kernels, history, and the executions' attach, executions and cancel,
  * one table of them, and the requests that wait for a context's state. They reach the daemon only through the
  * HandlersHost they are given. */
 #pragma once
@@ -35,6 +36,9 @@ typedef struct HandlersHost {
         const char *(*contexts_dir)(void *userdata);
         /* The daemon's own values for the metrics method, all but ret->privileged. */
         void (*metrics)(void *userdata, MetricsDaemon *ret);
+        /* The bound on the outputs executions keep (executions_memory); handlers_set_executions_memory changes
+         * it. */
+        size_t executions_memory;
 } HandlersHost;
 
 typedef struct Handlers Handlers;
@@ -43,6 +47,9 @@ int handlers_new(const HandlersHost *host, Handlers **ret);
 
 /* The control method table, for control_server_new() with h as its userdata: valid while h is. */
 const ControlMethod *handlers_methods(const Handlers *h, size_t *ret_n);
+
+/* A reload's executions_memory, applied at once (the oldest ended executions lose their outputs). */
+void handlers_set_executions_memory(Handlers *h, size_t bytes);
 
 /* The owner's ContextHost.state_changed and .heartbeat pass c on here: the requests waiting for it move on and
  * may be answered. */

@@ -178,6 +178,7 @@ static int supervisor_apply(Supervisor *s, const ReloadPlan *p, Config **newp, c
         new->state_dir = TAKE_PTR(s->config->state_dir);
         config_free(s->config);
         s->config = TAKE_PTR(*newp);
+        handlers_set_executions_memory(s->handlers, s->config->executions_memory);
         for (size_t i = 0; i < p->n_actions; i++)
                 if (p->actions[i].kind == RELOAD_ADD && p->actions[i].start)
                         context_start(table[p->actions[i].new]);

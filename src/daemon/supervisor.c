@@ -585,6 +585,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                         .reload = supervisor_reload_cb,
                         .contexts_dir = supervisor_contexts_dir,
                         .metrics = supervisor_metrics,
+                        .executions_memory = config->executions_memory,
                 },
                 &s->handlers);
         if (r < 0)

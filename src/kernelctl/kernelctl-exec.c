@@ -123,7 +123,7 @@ static void exec_status_note(const ClientReply *reply, const ReplyExecResult *re
         fprintf(stderr, "kernelctl: %s%s\n", why ?: "?", n > 0 && why[n - 1] == '.' ? "" : ".");
 }
 
-static int exec_exit_code(const char *status) {
+int exec_exit_code(const char *status) {
         if (!status)
                 return EXIT_FAILED;
         if (streq(status, "ok"))
@@ -139,17 +139,34 @@ static int exec_exit_code(const char *status) {
         return EXIT_FAILED;
 }
 
+/* exec --detach: sends execute (params stolen) with detach and on_disconnect keep, and prints the id. */
+static int exec_detach(const Options *o, json_t *params) {
+        json_auto_t *owned = params, *result = NULL;
+        _cleanup_(reply_execution_done) ReplyExecution e = {};
+        ReplyProblem problem;
+        int r;
+
+        if (json_object_set_new(owned, "detach", json_true()) < 0 ||
+            json_object_set_new(owned, "on_disconnect", json_string("keep")) < 0)
+                return client_fail(EXIT_FAILED, "out of memory.");
+        r = client_call(o->socket, "execute", TAKE_PTR(owned), STATUS_WAIT_USEC, &result);
+        if (r != EXIT_OK)
+                return r;
+        if (reply_execution_decode(result, &e, &problem) < 0)
+                return client_invalid_reply(&problem);
+        if (o->json)
+                return render_json(result);
+        printf("%s\n", e.id);
+        return EXIT_OK;
+}
+
 int cmd_exec(const Options *o, char **args, unsigned n_args) {
         _cleanup_free_ char *stdin_code = NULL;
         json_auto_t *params = NULL;
         _cleanup_close_ int fd = -1;
         _cleanup_(client_reply_done) ClientReply reply = {};
-        ReplyExecResult res;
-        ReplyProblem problem;
         ExecState st = { .o = o };
-        const json_t *body;
         const char *code;
-        bool failed;
         usec_t wait;
         int r;
 
@@ -167,6 +184,8 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
                 return client_fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
         if (client_set_timeout(params, o->timeout) < 0)
                 return client_fail(EXIT_FAILED, "out of memory.");
+        if (o->detach)
+                return exec_detach(o, TAKE_PTR(params));
         /* Without a cell timeout the cell may run for ever, and so may we. */
         wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
 
@@ -178,18 +197,26 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         r = client_transact(fd, "execute", TAKE_PTR(params), wait, exec_on_notify, &st, &reply);
         if (r != EXIT_OK)
                 return r;
+        return exec_answer(o, args[0], &reply, st.n_outputs == 0);
+}
+
+int exec_answer(const Options *o, const char *context, const ClientReply *reply, bool show_result_outputs) {
+        ReplyExecResult res;
+        ReplyProblem problem;
+        const json_t *body;
+        bool failed;
 
         /* A cell that did not run to its end (the kernel died, the context
          * stopped) comes as an error whose data is the result. */
-        failed = !reply.result;
-        body = failed ? reply.data : reply.result;
+        failed = !reply->result;
+        body = failed ? reply->data : reply->result;
         if (reply_exec_result_decode(body, &res, &problem) < 0)
-                return failed ? client_report_error(reply.code, reply.message) : client_invalid_reply(&problem);
+                return failed ? client_report_error(reply->code, reply->message) : client_invalid_reply(&problem);
 
         if (o->json || o->stream) {
                 json_auto_t *shown = json_deep_copy(body);
 
-                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply.message)) < 0) ||
+                if (!shown || (failed && json_object_set_new(shown, "message", json_string(reply->message)) < 0) ||
                     exec_truncated(o, res.outputs, shown) < 0)
                         return client_fail(EXIT_FAILED, "out of memory.");
                 if (o->stream)
@@ -201,14 +228,14 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
                 size_t i;
 
                 /* A daemon that streamed nothing: the outputs are in the result. */
-                if (st.n_outputs == 0)
+                if (show_result_outputs)
                         json_array_foreach(res.outputs, i, out) {
                                 render_output(out, o->traceback);
                         }
                 /* The tail of the text comes before what kernelctl has to say of the cell. */
                 (void) render_output_finish(NULL, NULL);
-                exec_status_note(&reply, &res, failed);
-                render_exit_note(res.exit, args[0]);
+                exec_status_note(reply, &res, failed);
+                render_exit_note(res.exit, context);
                 render_exec_summary(&res, failed);
         }
         return failed ? EXIT_FAILED : exec_exit_code(res.status);

@@ -532,6 +532,12 @@ static const Verb verbs[] = {
         { "exec", "CTX [CODE|-]",
           "run a cell in the context's kernel (code from stdin\nwithout CODE or with -) and print its outputs", 1, 2,
           ARGS_CONTEXT, cmd_exec },
+        { "attach", "ID",
+          "print the outputs of an execution (exec --detach)\nfrom number --from N on (default 0), follow it\nuntil "
+          "its end (at most --timeout) and exit as exec",
+          1, 1, ARGS_NONE, cmd_attach },
+        { "executions", "[CTX]", "list the recent executions (of a context)", 0, 1, ARGS_CONTEXTS, cmd_executions },
+        { "cancel", "ID", "withdraw a queued execution or interrupt a running one", 1, 1, ARGS_NONE, cmd_cancel },
         { "interrupt", "CTX", "interrupt the cell running in a context (any client's)", 1, 1, ARGS_CONTEXT,
           cmd_interrupt },
         { "check", "CTX",
@@ -607,15 +613,18 @@ static void help(void) {
                "                       (default: its stop_timeout + 1); add --wait:\n"
                "                       default 60\n"
                "                       more than 0 and at most 86400 (one day)\n"
-               "  --stream             exec: print each output as a JSON line as it arrives,\n"
+               "  --stream             exec, attach: print each output as a JSON line as it arrives,\n"
                "                       then the result\n"
-               "  --traceback          exec: print the whole traceback of an error\n"
+               "  --traceback          exec, attach: print the whole traceback of an error\n"
                "  --max-output SIZE    exec: keep at most SIZE bytes of the cell's text (4K,\n"
                "                       1M; 1K to 1G), its head and its tail with a line\n"
                "                       saying what was dropped between them\n"
                "  --save-images DIR    exec: write each image of the cell to DIR as\n"
                "                       output-N.png (N the first number free) and name the\n"
                "                       file in the image's line\n"
+               "  --detach             exec: print the execution's id once the cell is\n"
+               "                       accepted and leave it running (exit 0)\n"
+               "  --from N             attach: the first output to print (default 0)\n"
                "  --expect KERNEL_ID   check: the kernel_id saved earlier\n"
                "  --dry-run            reload: print what would change, change nothing\n"
                "  --user U, --group G, --cwd DIR, --env K=V, --connection-file PATH\n"
@@ -627,11 +636,11 @@ static void help(void) {
                "  -h, --help           show this help\n"
                "\n"
                "Exit status: 0 ok, 1 failed, 2 usage, 3 kernelsupd not reachable,\n"
-               "4 permission denied, 5 no such context, 6 timed out, 7 the cell raised,\n"
-               "8 kernel replaced (namespace lost), 9 kernel replaced, namespace rebuilt by\n"
-               "replaying its journal (restore = replay), 10 the kernel aborted the cell,\n"
-               "11 the cell never started (its timeout passed while it waited; it will\n"
-               "not run).\n"
+               "4 permission denied, 5 no such context (or execution), 6 timed out,\n"
+               "7 the cell raised, 8 kernel replaced (namespace lost), 9 kernel replaced,\n"
+               "namespace rebuilt by replaying its journal (restore = replay), 10 the\n"
+               "kernel aborted the cell, 11 the cell never started (its timeout passed\n"
+               "while it waited; it will not run).\n"
                "See kernelctl(1).\n");
 }
 
@@ -677,6 +686,8 @@ int main(int argc, char *argv[]) {
                 ARG_RESTORE,
                 ARG_MAX_OUTPUT,
                 ARG_SAVE_IMAGES,
+                ARG_DETACH,
+                ARG_FROM,
         };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -698,10 +709,12 @@ int main(int argc, char *argv[]) {
                 { "restore", required_argument, NULL, ARG_RESTORE },
                 { "max-output", required_argument, NULL, ARG_MAX_OUTPUT },
                 { "save-images", required_argument, NULL, ARG_SAVE_IMAGES },
+                { "detach", no_argument, NULL, ARG_DETACH },
+                { "from", required_argument, NULL, ARG_FROM },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        Options o = { .timeout = USEC_INFINITY };
+        Options o = { .timeout = USEC_INFINITY, .from = -1 };
         _cleanup_free_ char **env_list = NULL;
         bool add_options = false;
         const Verb *cmd = NULL;
@@ -760,6 +773,17 @@ int main(int argc, char *argv[]) {
                 case ARG_WAIT:
                         o.wait = true;
                         break;
+                case ARG_DETACH:
+                        o.detach = true;
+                        break;
+                case ARG_FROM: {
+                        unsigned long long v;
+                        if (parse_uint(optarg, 0, INT64_MAX, &v) < 0)
+                                return client_usage_error("invalid --from '%s': an output's number, 0 or more",
+                                                          optarg);
+                        o.from = (long long) v;
+                        break;
+                }
                 case ARG_USER:
                         o.user = optarg;
                         add_options = true;
@@ -821,17 +845,22 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("unknown command '%s'", argv[optind]);
         n_args = (unsigned) (argc - optind - 1);
         if (n_args < cmd->min_args)
-                return client_usage_error("%s: missing context name", cmd->name);
+                return client_usage_error("%s: missing %s", cmd->name,
+                                          cmd->args == ARGS_NONE ? "execution id" : "context name");
         if (n_args > cmd->max_args)
                 return client_usage_error("%s: too many arguments", cmd->name);
-        if ((o.stream || o.traceback || o.max_output) && !streq(cmd->name, "exec"))
-                return client_usage_error("%s is an option of exec", o.stream      ? "--stream"
-                                                                     : o.traceback ? "--traceback"
-                                                                                   : "--max-output");
+        if ((o.stream || o.traceback) && !streq(cmd->name, "exec") && !streq(cmd->name, "attach"))
+                return client_usage_error("%s is an option of exec and attach", o.stream ? "--stream" : "--traceback");
+        if (o.max_output && !streq(cmd->name, "exec"))
+                return client_usage_error("--max-output is an option of exec");
         if (o.save_images && !streq(cmd->name, "exec"))
                 return client_usage_error("--save-images is an option of exec");
         if (o.save_images && (o.json || o.stream))
                 return client_usage_error("--save-images is for exec's text: --json and --stream carry the images");
+        if (o.detach && !streq(cmd->name, "exec"))
+                return client_usage_error("--detach is an option of exec");
+        if (o.from >= 0 && !streq(cmd->name, "attach"))
+                return client_usage_error("--from is an option of attach");
         if (o.expect && !streq(cmd->name, "check"))
                 return client_usage_error("--expect is an option of check");
         if (o.dry_run && !streq(cmd->name, "reload"))

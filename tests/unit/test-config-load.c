@@ -497,6 +497,29 @@ static void test_preload(void) {
                     "preload = yes in [defaults] is named where it was set");
 }
 
+static void test_executions(void) {
+        const ContextConfig *cc;
+        Config *c;
+
+        new_ctx_dir(false);
+        c = load_ok("[defaults]\nexecutions_ttl = 10min\n[context:a]\n[context:b]\nexecutions_keep = 5\n"
+                    "executions_ttl = 30s\n",
+                    "executions keys");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->executions_keep == 32 && cc->executions_ttl == 10 * 60 * USEC_PER_SEC,
+           "executions_keep is 32 by default, [defaults] executions_ttl applies");
+        cc = c ? config_find_context(c, "b") : NULL;
+        ok(cc && cc->executions_keep == 5 && cc->executions_ttl == 30 * USEC_PER_SEC,
+           "a context's own executions_keep and executions_ttl");
+        ok(c && c->executions_memory == 64 * 1024 * 1024, "executions_memory is 64 MiB by default");
+        config_free(c);
+        c = load_ok("[supervisor]\nexecutions_memory = 8M\n[context:a]\n", "executions_memory");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(c && c->executions_memory == 8 * 1024 * 1024 && cc->executions_ttl == 60 * 60 * USEC_PER_SEC,
+           "[supervisor] executions_memory = 8M; executions_ttl is 1 h by default");
+        config_free(c);
+}
+
 static void test_restore(void) {
         const ContextConfig *cc;
         Config *c;
@@ -664,6 +687,7 @@ int main(void) {
         test_transport();
         test_preload();
         test_restore();
+        test_executions();
         test_bundled();
         test_expand_argv();
 

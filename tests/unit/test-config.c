@@ -229,6 +229,15 @@ static void test_value_errors(void) {
                 { "context:a", "journal_max = big", "expected a size such as 512K or 10M" },
                 { "context:a", "restore_timeout = 0", "must be greater than 0" },
                 { "defaults", "restore_timeout = soon", "expected a duration such as 500ms, 30s or 5min" },
+                { "context:a", "executions_keep = 0", "expected a number from 1 to 1000" },
+                { "defaults", "executions_keep = 1001", "expected a number from 1 to 1000" },
+                { "context:a", "executions_keep = many", "expected a number from 1 to 1000" },
+                { "context:a", "executions_ttl = 0", "must be greater than 0" },
+                { "defaults", "executions_ttl = forever", "expected a duration such as 500ms, 30s or 5min" },
+                { "context:a", "executions_ttl = infinity", "must be finite" },
+                { "supervisor", "executions_memory = 100", "must be from 1K to 1G" },
+                { "supervisor", "executions_memory = 2G", "must be from 1K to 1G" },
+                { "supervisor", "executions_memory = lots", "expected a size such as 512K or 10M" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {

@@ -4,6 +4,7 @@
  * count of what was not kept, the first error kept past it) and a kernel's aborted reply. What is kept
  * (ExecResult.outputs) and what is streamed (ExecSink.on_output) are checked apart. */
 #include "exec-world.h"
+#include "execution.h"
 
 /* The queue of one fake kernel, its handshake done. */
 static ExecQueue *world_start(void) {
@@ -208,6 +209,37 @@ static void test_limit(ExecQueue *q, Done *d) {
            "limit: the count of what was cut (%s)", err);
         is_int(count_outputs(d->outputs, "display_data"), 0, "limit: nothing is kept after the marker");
         ok(!find_output(d->streamed, "clear_output"), "limit: a clear_output after the marker is not streamed");
+        {
+                /* What is streamed is what an execution numbers (handlers-cells.c feeds on_output to it): the
+                 * cut's marker and the count of what was not kept are numbered outputs like any other. */
+                ExecutionStore *s = NULL;
+                Execution *e = NULL;
+                const json_t *o;
+                size_t i;
+                char *all = NULL;
+
+                execution_store_new(1 << 20, &s);
+                execution_new(s, "a", 0, 32, USEC_INFINITY, 0, &e);
+                json_array_foreach(d->streamed, i, o) {
+                        execution_output(e, o);
+                }
+                for (uint64_t k = 0; k < execution_n_outputs(e); k++) {
+                        char *next = NULL;
+                        if (asprintf(&next, "%s%llu:%s|", all ?: "", (unsigned long long) k,
+                                     json_string_value(json_object_get(execution_get_output(e, k), "text")) ?: "?") <
+                            0)
+                                abort();
+                        free(all);
+                        all = next;
+                }
+                is_str(all,
+                       "0:0123456789|1:\n[output truncated: limit of 10 bytes reached]\n|2:[output truncated: at "
+                       "least "
+                       "1040 more bytes not kept]\n|",
+                       "limit: the kept text, the marker and the count of what was cut are outputs 0, 1 and 2");
+                free(all);
+                execution_store_free(s);
+        }
 
         opt.output_limit = 10;
         if (!ok(submit_started(q, "utf-8", &opt, d, id), "utf-8: started"))
