@@ -77,7 +77,7 @@ def test(tap):
     r = harness.run_cell(cf, "1 + 1")
     tap.eq(r["result"], "2", "cells run after the second restart")
 
-    # A killed kernel closes its connections, which libzmq reports as dropped: that is its death, not a message
+    # A killed kernel closes its connections, which the daemon sees break: that is its death, not a message
     # over the bound, so no warning about dropped connections. The check makes the new kernel answer a heartbeat,
     # when a dropped connection of a live kernel would be said.
     r = d.ctl("check", "default")
