@@ -134,6 +134,10 @@ static size_t placeholders_expand_into(char *out, const char *s, const char *ker
                 if (kernel_file && strncmp(s, "{kernel_file}", strlen("{kernel_file}")) == 0) {
                         sub = kernel_file;
                         skip = strlen("{kernel_file}");
+                } else if (kernel_file && strncmp(s, "{connection_file}", strlen("{connection_file}")) == 0) {
+                        /* A kernelspec's spelling, which an argv copied from a kernel.json keeps. */
+                        sub = kernel_file;
+                        skip = strlen("{connection_file}");
                 } else if (name && strncmp(s, "{name}", strlen("{name}")) == 0) {
                         sub = name;
                         skip = strlen("{name}");
@@ -155,7 +159,8 @@ static size_t placeholders_expand_into(char *out, const char *s, const char *ker
         return n;
 }
 
-/* Replaces {kernel_file} (when kernel_file is not NULL) and {name}; substituted text is not scanned again. */
+/* Replaces {kernel_file} and {connection_file} (when kernel_file is not NULL) and {name}; substituted text is not
+ * scanned again. */
 char *placeholders_expand(const char *s, const char *kernel_file, const char *name) {
         char *out = malloc(placeholders_expand_into(NULL, s, kernel_file, name) + 1);
 

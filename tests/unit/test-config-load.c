@@ -666,15 +666,23 @@ static void test_bundled(void) {
 }
 
 static void test_expand_argv(void) {
-        char *argv[] = { "/bin/k",        "-f",      "{kernel_file}", "--conn={kernel_file}",
-                         "{name}:{name}", "{other}", "{kernel_file",  NULL };
+        char *argv[] = { "/bin/k",
+                         "-f",
+                         "{kernel_file}",
+                         "--conn={kernel_file}",
+                         "{name}:{name}",
+                         "{other}",
+                         "{kernel_file",
+                         "{connection_file}",
+                         NULL };
         ContextConfig cc = { .name = "ctx", .argv = argv };
         _cleanup_strv_free_ char **v = NULL;
 
         is_int(context_config_expand_argv(&cc, "/run/k/{name}.json", &v), 0, "expand_argv");
         ok(strv_is(v, (const char *const[]){ "/bin/k", "-f", "/run/k/{name}.json", "--conn=/run/k/{name}.json",
-                                             "ctx:ctx", "{other}", "{kernel_file", NULL }),
-           "placeholders expanded inside words, substituted text not rescanned, others kept");
+                                             "ctx:ctx", "{other}", "{kernel_file", "/run/k/{name}.json", NULL }),
+           "placeholders expanded inside words ({connection_file} as {kernel_file}), substituted text not rescanned, "
+           "others kept");
         ok(v && v != argv && v[0] != argv[0], "a new vector of new strings");
         is_int(context_config_expand_argv(&cc, NULL, &v), -EINVAL, "expand_argv without kernel_file");
 }
