@@ -1,5 +1,6 @@
-/* The control methods of cells: execute (a cell's outputs streamed, its result answered), history (a page of the
- * cell journal), interrupt; and a request following an execution (execute's own stream, attach's). See
+/* The control methods of cells: execute (the cell becomes an execution, execution.h, whose outputs are streamed
+ * and whose result is answered; or, detached, left to run), history (a page of the cell journal), interrupt; and a
+ * request following an execution (execute's own stream, attach's). See
  * handlers-private.h. */
 #include <errno.h>
 #include <stdlib.h>

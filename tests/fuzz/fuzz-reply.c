@@ -57,6 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK_TYPE(timed_out, ReplyTimedOut, j);
         CHECK_TYPE(output, ReplyOutput, j);
         CHECK_TYPE(exec_result, ReplyExecResult, j);
+        CHECK_TYPE(execution, ReplyExecution, j);
+        CHECK_TYPE(executions, ReplyExecutions, j);
         CHECK_TYPE(interrupt, ReplyInterrupt, j);
         CHECK_TYPE(metrics, ReplyMetrics, j);
         CHECK_TYPE(kernels, ReplyKernels, j);

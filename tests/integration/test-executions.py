@@ -10,6 +10,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -257,6 +258,28 @@ def test_bounds(tap, d):
     e = state_of(d, big[1])
     tap.ok(r.returncode == 0 and e is not None and e["outputs_dropped"],
            "executions_memory: a reload to 1K drops the newer one's outputs at once", repr((r.stderr, e)))
+    d.write_config(CONTEXTS, supervisor="executions_memory = 512K\n")
+    d.ctl("reload")
+
+
+def test_lost(tap, d):
+    # The kernel dies under a detached cell: the execution ends lost, and attach exits 1 as exec, naming the new
+    # kernel.
+    before = d.context("few")
+    exec_id = detach(tap, d, SPIN, "lost", "few")
+    if not exec_id:
+        return
+    wait_state(d, exec_id, ("running",), "the spinning cell to run")
+    harness.poll_until(lambda: (state_of(d, exec_id) or {}).get("outputs"), 60, "its first output")
+    os.kill(before["pid"], signal.SIGKILL)
+    st = wait_state(d, exec_id, ("lost",), "the cell to be lost")
+    tap.eq(st, "lost", "lost: a cell whose kernel died ends lost")
+    after = d.wait_context("few", lambda c: c.get("state") == "ready" and c.get("pid") != before["pid"],
+                           "a new kernel ready")
+    r = d.ctl("attach", exec_id)
+    tap.ok(r.returncode == 1 and r.stdout.startswith("spinning\n") and after["kernel_id"] in r.stdout
+           and "killed by SIGKILL" in r.stderr,
+           "lost: attach gives its output, exit 1, the new kernel and how the old one died", repr((r.stdout, r.stderr)))
 
 
 def test_hostile(tap, d, exec_id):
@@ -327,6 +350,8 @@ def test(tap):
         test_no_keep(tap, d)
     with tap.guard("keep, killed"):
         test_keep_killed(tap, d)
+    with tap.guard("lost"):
+        test_lost(tap, d)
     with tap.guard("bounds"):
         test_bounds(tap, d)
     if exec_id:

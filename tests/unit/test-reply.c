@@ -138,6 +138,19 @@ static const char REPORT_FULL[] =
         "socket changed\"],\"stopping\":[\"d\"]}";
 
 static const char OUTPUT[] = "{\"output\":{\"output_type\":\"stream\",\"name\":\"stdout\",\"text\":\"hi\\n\"}}";
+static const char OUTPUT_SEQ[] =
+        "{\"seq\":17,\"output\":{\"output_type\":\"stream\",\"name\":\"stdout\",\"text\":\"hi\\n\"}}";
+
+/* An execution as execute's first notification tells it (queued), and one that ended, in the listing. */
+static const char EXECUTION[] =
+        "{\"id\":\"0f6e9b3a-5c1d-4e2f-9a8b-7c6d5e4f3a2b\",\"context\":\"a\",\"kernel_id\":null,\"state\":\"queued\","
+        "\"execution_count\":null,\"submitted_at\":\"2026-12-01T03:17:51.155Z\",\"started_at\":null,\"ended_at\":null,"
+        "\"outputs\":0,\"outputs_dropped\":false}";
+static const char EXECUTIONS[] =
+        "{\"executions\":[{\"id\":\"0f6e9b3a-5c1d-4e2f-9a8b-7c6d5e4f3a2b\",\"context\":\"a\",\"kernel_id\":"
+        "\"c2364016-3155-47ed-8348-418e9760036e\",\"state\":\"ok\",\"execution_count\":4,\"submitted_at\":"
+        "\"2026-12-01T03:17:51.155Z\",\"started_at\":\"2026-12-01T03:17:51.155Z\",\"ended_at\":"
+        "\"2026-12-01T03:17:51.155Z\",\"outputs\":40,\"outputs_dropped\":true}]}";
 
 #define T_STARTED 1796095071155000ULL /* 2026-12-01T03:17:51.155Z */
 #define T_CTX_STARTED 1796095071325000ULL
@@ -241,6 +254,18 @@ static void test_daemon_fixtures(void) {
         });
         FIXTURE(output, ReplyOutput, OUTPUT, "output notification", {
                 is_str(json_string_value(json_object_get(v.output, "text")), "hi\n", "output notification: the text");
+        });
+        FIXTURE(output, ReplyOutput, OUTPUT_SEQ, "numbered output notification",
+                { is_int(v.seq, 17, "numbered output notification: its seq"); });
+        FIXTURE(execution, ReplyExecution, EXECUTION, "execution record", {
+                ok(streq(v.state, "queued") && !v.kernel_id && v.execution_count == -1 && v.started_at == 0 &&
+                           v.ended_at == 0 && v.submitted_at == T_STARTED && v.outputs == 0 && !v.outputs_dropped,
+                   "execution record: queued, the nulls are none");
+        });
+        FIXTURE(executions, ReplyExecutions, EXECUTIONS, "executions", {
+                ok(v.n_executions == 1 && streq(v.executions[0].state, "ok") && v.executions[0].outputs == 40 &&
+                           v.executions[0].outputs_dropped && v.executions[0].execution_count == 4,
+                   "executions: an ended one whose outputs were dropped");
         });
         FIXTURE(interrupt, ReplyInterrupt, INTERRUPT, "interrupt", { ok(!v.interrupted, "interrupt: nothing ran"); });
         FIXTURE(report, ReplyReport, ADD, "add", {
