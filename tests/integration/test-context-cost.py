@@ -28,24 +28,34 @@ def test(tap):
     names = [f"s{i}" for i in range(N)]
     contexts = "".join(f"[context:{n}]\nargv = {harness.STUB_ARGV}\nautostart = no\n\n" for n in names)
     contexts += f"[context:py]\nargv = {harness.IPYKERNEL_ARGV}\n"
-    d = harness.Daemon(tap, contexts=contexts)
+    # Kept executions hold their outputs by design (executions_memory): 1M keeps the floods' outputs out of the
+    # memory this test says is given back.
+    d = harness.Daemon(tap, contexts=contexts, supervisor="executions_memory = 1M\n")
     d.start()
     d.wait_state("py", "ready", timeout=120)
     pid = d.proc.pid
     tap.eq(threads(pid), 1, "kernelsupd runs one thread")
+    # A descriptor of the moment (a kernelctl connection the daemon has not closed yet) may be counted before, so
+    # the promise is checked as: none more after a start and stop, and none more after a second round.
     before = fds(pid)
-    codes = [d.ctl("start", n, timeout=120).returncode for n in names]
-    tap.eq(codes, [0] * N, f"{N} stub contexts start")
-    d.wait_all_ready(names, timeout=120)
-    ready = fds(pid)
-    tap.diag(f"descriptors: {before} with {N} contexts stopped, {ready} with them ready")
-    tap.ok(0 < ready - before <= N * FDS_PER_READY_MAX,
-           f"a ready context holds at most {FDS_PER_READY_MAX} descriptors", f"{(ready - before) / N:.1f} each")
-    codes = [d.ctl("stop", n, timeout=120).returncode for n in names]
-    tap.eq(codes, [0] * N, f"the {N} stub contexts stop")
-    for n in names:
-        d.wait_state(n, "stopped", timeout=60)
-    tap.eq(fds(pid), before, "a stopped context holds no descriptor: exactly as many as before they started")
+    after = []
+    for k in (1, 2):
+        codes = [d.ctl("start", n, timeout=120).returncode for n in names]
+        tap.eq(codes, [0] * N, f"round {k}: {N} stub contexts start")
+        d.wait_all_ready(names, timeout=120)
+        ready = fds(pid)
+        tap.diag(f"round {k}: descriptors {before} before, {ready} with {N} contexts ready")
+        tap.ok(0 < ready - before <= N * FDS_PER_READY_MAX,
+               f"round {k}: a ready context holds at most {FDS_PER_READY_MAX} descriptors",
+               f"{(ready - before) / N:.1f} each")
+        codes = [d.ctl("stop", n, timeout=120).returncode for n in names]
+        tap.eq(codes, [0] * N, f"round {k}: the {N} stub contexts stop")
+        for n in names:
+            d.wait_state(n, "stopped", timeout=60)
+        after.append(fds(pid))
+    tap.ok(after[0] <= before and after[1] <= after[0],
+           "a stopped context holds no descriptor: no more after a start and stop than before, none more after "
+           "a second", f"{before} before, {after} after")
     tap.eq(threads(pid), 1, "still one thread")
 
     san = harness.sanitizers()

@@ -40,8 +40,9 @@ KERNELS = {
         transport=("tcp", "auto: xeus-python aborts on an ipc endpoint"), language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
         set="kept = 41 + 1", get="print(kept)", sleep="import time; time.sleep(60)",
         started='print("started", flush=True)\nimport time; time.sleep(60)'),
+    # IRkernel's result comes as text/markdown "42" beside text/plain "[1] 42": the text shows the markdown.
     "ir": dict(
-        transport=("ipc", "auto: IRkernel binds Unix sockets"), language="R", stdout='cat("hello\\n"); 6 * 7', result="[1] 42", error='stop("boom")', error_text="boom",
+        transport=("ipc", "auto: IRkernel binds Unix sockets"), language="R", stdout='cat("hello\\n"); 6 * 7', result="42", error='stop("boom")', error_text="boom",
         set="kept <- 41 + 1", get="cat(kept, '\\n')", sleep="Sys.sleep(60)", interrupted=(10, "[aborted]"),
         started='cat("started\\n")\nSys.sleep(60)'),
     "jslab": dict(
