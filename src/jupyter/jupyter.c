@@ -28,6 +28,8 @@
  * to them, most of what a preloaded kernel's start took. The price: a kernel that never binds costs the daemon
  * ~0.4% of a core until its start_timeout. */
 #define RECONNECT_IVL_MSEC 10
+/* The most a retry's wait doubles: 10 ms << 7 = 1.28 s. */
+#define RECONNECT_BACKOFF_MAX 7
 
 /* ---- The pure layer. ---- */
 
@@ -372,10 +374,11 @@ typedef struct Link {
                 uv_tcp_t tcp;
                 uv_pipe_t pipe;
         } h;
-        bool h_init;    /* h is initialised and its close callback has not run */
-        bool connected; /* our greeting and READY went out */
-        bool up;        /* the kernel's READY came: messages may go out */
-        bool at_once;   /* once h is closed, connect again without waiting */
+        bool h_init;       /* h is initialised and its close callback has not run */
+        bool connected;    /* our greeting and READY went out */
+        bool up;           /* the kernel's READY came: messages may go out */
+        bool at_once;      /* once h is closed, connect again without waiting */
+        unsigned failures; /* connections in a row that broke before the kernel's READY (the retry waits more) */
         uv_connect_t connect;
         uv_timer_t retry;
         ZmtpReader reader;
@@ -447,7 +450,9 @@ static void on_retry(uv_timer_t *t) {
         link_connect(t->data);
 }
 
-/* The stream is closed: connect again, at once after a missed beat, else after RECONNECT_IVL_MSEC. */
+/* The stream is closed: connect again, at once after a missed beat, else after RECONNECT_IVL_MSEC, doubled for
+ * each connection in a row that broke before READY (a listener that is no kernel's, up to 1.28 s). A refused
+ * connect does not count: a kernel that is starting binds soon, and is connected to within 10 ms. */
 static void on_stream_closed(uv_handle_t *h) {
         Link *l = h->data;
         KernelConn *c = l->c;
@@ -461,7 +466,7 @@ static void on_stream_closed(uv_handle_t *h) {
                 l->at_once = false;
                 link_connect(l);
         } else
-                (void) uv_timer_start(&l->retry, on_retry, RECONNECT_IVL_MSEC, 0);
+                (void) uv_timer_start(&l->retry, on_retry, (uint64_t) RECONNECT_IVL_MSEC << l->failures, 0);
 }
 
 /* Ends the link's connection (or its attempt); a new one follows. */
@@ -472,13 +477,17 @@ static void link_close(Link *l) {
                 uv_close(&l->h.handle, on_stream_closed);
 }
 
-/* A connection that was up broke, or the kernel sent what is no ZMTP: counted and told, then made again. */
+/* A connection broke, or the kernel sent what is no ZMTP: made again. One that was up (past the kernel's READY)
+ * may have lost messages: counted and told. */
 static void link_broken(Link *l) {
         KernelConn *c = l->c;
+        bool was_up = l->up;
 
-        if (!l->connected)
-                return link_close(l);
+        if (l->connected && !l->up && l->failures < RECONNECT_BACKOFF_MAX)
+                l->failures++;
         link_close(l);
+        if (!was_up)
+                return;
         c->reconnects++;
         if (c->cb.on_dropped)
                 c->cb.on_dropped(c, sock_table[link_index(l)].channel, c->userdata);
@@ -547,6 +556,7 @@ static void on_connected(uv_connect_t *req, int status) {
         r = zmtp_ready(sock_table[idx].type, hello + ZMTP_GREETING_SIZE, sizeof hello - ZMTP_GREETING_SIZE);
         if (r < 0)
                 return link_close(l);
+        zmtp_reader_reset(&l->reader);
         zmtp_reader_init(&l->reader, sock_table[idx].keep, idx == SOCK_HB ? HB_MAX_MESSAGE : l->c->max_message,
                          &link_sink, l);
         if (link_write(l, hello, ZMTP_GREETING_SIZE + (size_t) r) < 0 ||
@@ -563,6 +573,7 @@ static int link_on_command(void *userdata, const char *name, const uint8_t *data
         if (!streq(name, "READY") || l->up)
                 return 0;
         l->up = true;
+        l->failures = 0;
         if ((link_index(l) == SOCK_IOPUB && link_write(l, subscribe_all, sizeof subscribe_all) < 0) ||
             (l->n_pending > 0 && link_write(l, l->pending, l->n_pending) < 0)) {
                 link_broken(l);
@@ -600,6 +611,12 @@ static void link_connect(Link *l) {
                 link_close(l);
 }
 
+/* What a sink returns after a callback: -ECANCELED when it closed the connection, or this link (a ping after a
+ * missed beat connects the heartbeat anew), so that the reader reads nothing more of this read. */
+static int link_go_on(const Link *l) {
+        return l->c->closing || !l->connected ? -ECANCELED : 0;
+}
+
 static int conn_dispatch_hb(KernelConn *c, const void *const *frames, const size_t *lens, size_t n) {
         /* The echo of [delimiter, payload]; a kernel that echoes only the last frame is answered too. */
         const void *payload = frames[n - 1];
@@ -623,13 +640,13 @@ static int link_on_message(void *userdata, const void *const *frames, const size
         if (idx == SOCK_HB) {
                 if (n == n_total && n > 0)
                         (void) conn_dispatch_hb(c, frames, lens, n);
-                return c->closing ? -ECANCELED : 0;
+                return link_go_on(l);
         }
         if (jupyter_msg_parse(frames, lens, n, c->key, &msg) < 0) {
                 c->dropped++;
                 if (c->cb.on_unreadable)
                         c->cb.on_unreadable(c, sock_table[idx].channel, c->userdata);
-                return c->closing ? -ECANCELED : 0;
+                return link_go_on(l);
         }
         if (idx == SOCK_IOPUB) {
                 if (c->cb.on_iopub)
@@ -637,7 +654,7 @@ static int link_on_message(void *userdata, const void *const *frames, const size
         } else if (c->cb.on_reply)
                 c->cb.on_reply(c, sock_table[idx].channel, &msg, c->userdata);
         jupyter_msg_done(&msg);
-        return c->closing ? -ECANCELED : 0;
+        return link_go_on(l);
 }
 
 /* A message whose envelope and dicts came to more than max_message: read past, never held, and told. */
@@ -647,7 +664,7 @@ static int link_on_oversized(void *userdata) {
 
         if (link_index(l) != SOCK_HB && c->cb.on_dropped)
                 c->cb.on_dropped(c, sock_table[link_index(l)].channel, c->userdata);
-        return c->closing ? -ECANCELED : 0;
+        return link_go_on(l);
 }
 
 static const ZmtpSink link_sink = {
@@ -835,8 +852,8 @@ int kernel_conn_ping(KernelConn *c) {
                 if (l->h_init) {
                         l->at_once = true;
                         link_close(l);
+                        c->hb_fresh++;
                 }
-                c->hb_fresh++;
         }
         payload = c->hb_last + 1;
         r = link_send(l, (const void *const[]){ "", &payload }, (const size_t[]){ 0, sizeof payload }, 2);

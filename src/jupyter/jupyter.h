@@ -81,9 +81,10 @@ typedef struct KernelConnCallbacks {
         /* The heartbeat echoed a ping sent with kernel_conn_ping. */
         void (*on_hb)(KernelConn *c, void *userdata);
         /* A message on channel was lost: its envelope and dicts came to more than max_message (read past,
-         * never held), or the connection broke (it is made again after RECONNECT_IVL_MSEC, a SUB subscribes
-         * again; what the kernel published on iopub meanwhile is lost, and so are the replies to requests
-         * sent on shell or control before). May be NULL. */
+         * never held), or the connection broke after the kernel's READY (it is made again after RECONNECT_IVL_MSEC,
+         * longer after connections that break before READY, and a SUB subscribes again; what the kernel published on
+         * iopub meanwhile is lost, and so are the replies to requests sent on shell or control before). May be NULL.
+         */
         void (*on_dropped)(KernelConn *c, Channel channel, void *userdata);
         /* A message on channel failed verification or could not be parsed (its header, its signature) and was
          * dropped (and counted). May be NULL. */

@@ -182,7 +182,12 @@ static int kept_append(ZmtpReader *r, const uint8_t *p, size_t n) {
 
         if (len + n > r->kept_cap) {
                 size_t cap = len + n > 2 * r->kept_cap ? len + n : 2 * r->kept_cap;
-                char *f = realloc(r->frame[i], cap + 1);
+                char *f;
+
+                /* Never past the frame's own size (r->left still counts these n bytes). */
+                if (cap > len + r->left)
+                        cap = (size_t) (len + r->left);
+                f = realloc(r->frame[i], cap + 1);
 
                 if (!f)
                         return -ENOMEM;

@@ -39,6 +39,7 @@ typedef struct Seen {
 
         unsigned hb;
         unsigned unreadable[_CHANNEL_MAX]; /* messages on_unreadable reported, per channel */
+        unsigned dropped[_CHANNEL_MAX];    /* on_dropped, per channel */
 
         bool in_call;        /* set around kernel_conn_* calls */
         unsigned reentered;  /* callbacks that ran inside one: must stay 0 */
@@ -98,8 +99,18 @@ static inline void on_unreadable(KernelConn *c, Channel channel, void *userdata)
         s->unreadable[channel]++;
 }
 
+static inline void on_dropped(KernelConn *c, Channel channel, void *userdata) {
+        Seen *s = userdata;
+
+        s->dropped[channel]++;
+}
+
 _unused_ static const KernelConnCallbacks callbacks = {
-        .on_reply = on_reply, .on_iopub = on_iopub, .on_hb = on_hb, .on_unreadable = on_unreadable
+        .on_reply = on_reply,
+        .on_iopub = on_iopub,
+        .on_hb = on_hb,
+        .on_unreadable = on_unreadable,
+        .on_dropped = on_dropped,
 };
 
 static inline void on_safety(uv_timer_t *t) {

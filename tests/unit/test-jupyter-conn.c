@@ -480,8 +480,74 @@ out:
         is_int(uv_loop_close(&loop), 0, "fake: uv_loop_close, nothing left on the loop");
 }
 
+/* ---- A listener that is no kernel's ---- */
+
+typedef struct NotKernel {
+        uv_tcp_t server;
+        unsigned accepted;
+} NotKernel;
+
+static void not_kernel_closed(uv_handle_t *h) {
+        free(h);
+}
+
+/* Each connection gets a line that is no ZMTP greeting and is closed. */
+static void not_kernel_on_connection(uv_stream_t *server, int status) {
+        static const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+        NotKernel *nk = server->data;
+        uv_tcp_t *peer = malloc(sizeof *peer);
+        uv_buf_t b = uv_buf_init((char *) reply, sizeof reply - 1);
+
+        if (status < 0 || !peer || uv_tcp_init(server->loop, peer) < 0) {
+                free(peer);
+                return;
+        }
+        if (uv_accept(server, (uv_stream_t *) peer) == 0) {
+                nk->accepted++;
+                (void) uv_try_write((uv_stream_t *) peer, &b, 1);
+        }
+        uv_close((uv_handle_t *) peer, not_kernel_closed);
+}
+
+/* The shell port answers with what is no ZMTP, each time: the connection is tried again with a wait that doubles
+ * (10 ms up to 1.28 s), not every 10 ms, and nothing is reported dropped (nothing was up). */
+static void test_conn_not_a_kernel(void) {
+        ConnectionInfo ci = { .ip = "127.0.0.1", .key = KEY };
+        struct sockaddr_in addr;
+        uv_loop_t loop;
+        NotKernel nk = {};
+        KernelConn *c = NULL;
+        Seen s;
+
+        if (pick_ports(ci.ports) < 0) {
+                ok(false, "not a kernel: pick free ports");
+                return;
+        }
+        ok(uv_loop_init(&loop) == 0, "not a kernel: loop");
+        seen_init(&s, &loop);
+        uv_tcp_init(&loop, &nk.server);
+        nk.server.data = &nk;
+        uv_ip4_addr("127.0.0.1", ci.ports[CHANNEL_SHELL], &addr);
+        ok(uv_tcp_bind(&nk.server, (const struct sockaddr *) &addr, 0) == 0 &&
+                   uv_listen((uv_stream_t *) &nk.server, 128, not_kernel_on_connection) == 0,
+           "not a kernel: a listener on the shell port");
+        is_int(kernel_conn_new(&loop, &ci, 0, &callbacks, &s, &c), 0, "not a kernel: kernel_conn_new");
+        run_for(&s, 1000);
+        printf("# not a kernel: %u connections in 1 s\n", nk.accepted);
+        ok(nk.accepted >= 1 && nk.accepted <= 12,
+           "not a kernel: tried again with a doubling wait (at most 12 connections in 1 s, not 100)");
+        is_int(s.dropped[CHANNEL_SHELL] + kernel_conn_reconnects(c), 0,
+               "not a kernel: nothing reported dropped, no reconnect counted (it never was up)");
+        kernel_conn_close(c);
+        uv_close((uv_handle_t *) &nk.server, NULL);
+        uv_close((uv_handle_t *) &s.safety, NULL);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        is_int(uv_loop_close(&loop), 0, "not a kernel: uv_loop_close, nothing left on the loop");
+}
+
 int main(void) {
         test_conn_fake();
+        test_conn_not_a_kernel();
 
         return tap_done();
 }

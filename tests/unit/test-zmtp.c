@@ -51,6 +51,7 @@ static void put_fill(Stream *s, uint8_t flags, char c, size_t len) {
 typedef struct Seen {
         unsigned messages, oversized, commands;
         size_t n, n_total, bytes;
+        unsigned long long trail; /* of every message's counts and bytes, in order */
         char first[32], last[32]; /* the first and last kept frames' first bytes */
         char command[32];
         int stop_after; /* return -ECANCELED from the message of this number (1-based); 0: never */
@@ -63,6 +64,7 @@ static int on_message(void *userdata, const void *const *frames, const size_t *l
         s->n = n, s->n_total = n_total, s->bytes = 0;
         for (size_t i = 0; i < n; i++)
                 s->bytes += lens[i];
+        s->trail = s->trail * 1000003 + n * 131 + n_total * 17 + s->bytes;
         s->first[0] = s->last[0] = '\0';
         if (n > 0) {
                 snprintf(s->first, sizeof s->first, "%.*s", (int) (lens[0] < 31 ? lens[0] : 31),
@@ -105,8 +107,8 @@ static int feed_both(const Stream *st, ZmtpKeep keep, size_t max, Seen *whole, S
 
 static bool seen_same(const Seen *a, const Seen *b) {
         return a->messages == b->messages && a->oversized == b->oversized && a->commands == b->commands &&
-               a->n == b->n && a->n_total == b->n_total && a->bytes == b->bytes && streq(a->first, b->first) &&
-               streq(a->last, b->last);
+               a->trail == b->trail && a->n == b->n && a->n_total == b->n_total && a->bytes == b->bytes &&
+               streq(a->first, b->first) && streq(a->last, b->last);
 }
 
 static void put_jupyter(Stream *s, unsigned idents, unsigned buffers, size_t buffer_size) {
@@ -179,7 +181,7 @@ static void test_reader(void) {
            "no delimiter: reported with none kept");
         free(st.p), st = (Stream){};
 
-        /* Over the bound: the dicts come to more than max; a frame as long as the bound itself. */
+        /* Over the bound: the dicts come to more than max. */
         put_greeting(&st);
         put_jupyter(&st, 0, 0, 0);
         put_frame(&st, ZMTP_FLAG_MORE, JUPYTER_DELIM, strlen(JUPYTER_DELIM));
@@ -193,6 +195,18 @@ static void test_reader(void) {
         is_int(a.oversized, 1, "bound: the message over it reported oversized");
         is_int(a.messages, 2, "bound: the messages before and after it delivered");
         is_int(a.n, 6, "bound: the last one whole (its 5000-byte buffers are not counted)");
+        free(st.p), st = (Stream){};
+
+        /* Exactly at the bound: kept; one byte more: over it. */
+        put_greeting(&st);
+        put_frame(&st, ZMTP_FLAG_MORE, JUPYTER_DELIM, strlen(JUPYTER_DELIM));
+        put_fill(&st, 0, 's', 1000);
+        put_frame(&st, ZMTP_FLAG_MORE, JUPYTER_DELIM, strlen(JUPYTER_DELIM));
+        put_fill(&st, ZMTP_FLAG_MORE, 's', 600);
+        put_fill(&st, 0, 'h', 401);
+        a = b = (Seen){};
+        is_int(feed_both(&st, ZMTP_KEEP_JUPYTER, 1000, &a, &b), 0, "at the bound: read");
+        ok(seen_same(&a, &b) && a.messages == 1 && a.oversized == 1, "at the bound: 1000 bytes kept, 1001 over it");
         free(st.p), st = (Stream){};
 
         /* The heartbeat's mode: the first frames, the rest counted. */
