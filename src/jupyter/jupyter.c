@@ -502,22 +502,35 @@ static void on_write(uv_write_t *req, int status) {
                 link_broken(l);
 }
 
-/* Writes p[0..len) on the connection. */
-static int link_write(Link *l, const uint8_t *p, size_t len) {
+/* A write of len bytes on l, its data to be filled in; NULL when out of memory. */
+static WriteReq *write_req_new(Link *l, size_t len) {
         WriteReq *w = malloc(sizeof *w + len);
-        uv_buf_t b;
-        int r;
 
-        if (!w)
-                return -ENOMEM;
-        w->link = l;
-        w->len = len;
-        memcpy(w->data, p, len);
-        b = uv_buf_init((char *) w->data, (unsigned) len);
-        r = uv_write(&w->req, &l->h.stream, &b, 1, on_write);
+        if (w) {
+                w->link = l;
+                w->len = len;
+        }
+        return w;
+}
+
+/* Starts w on its link's connection; on failure w is freed. */
+static int write_req_submit(WriteReq *w) {
+        uv_buf_t b = uv_buf_init((char *) w->data, (unsigned) w->len);
+        int r = uv_write(&w->req, &w->link->h.stream, &b, 1, on_write);
+
         if (r < 0)
                 free(w);
         return r;
+}
+
+/* Writes p[0..len) on the connection. */
+static int link_write(Link *l, const uint8_t *p, size_t len) {
+        WriteReq *w = write_req_new(l, len);
+
+        if (!w)
+                return -ENOMEM;
+        memcpy(w->data, p, len);
+        return write_req_submit(w);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *ret) {
@@ -757,48 +770,43 @@ int kernel_conn_new(uv_loop_t *loop, const ConnectionInfo *ci, size_t max_messag
         return 0;
 }
 
-/* Sends the frames of one message: headers and parts into one buffer, written at once, or kept for the
- * connection when it is not up yet. */
+/* Writes the frames of a message, each header and part, into out (room for ZMTP_HEADER_MAX more a frame than the
+ * parts); returns their length. */
+static size_t frames_encode(const void *const *parts, const size_t *lens, size_t n, uint8_t *out) {
+        size_t o = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                o += zmtp_header(i + 1 < n ? ZMTP_FLAG_MORE : 0, lens[i], out + o);
+                memcpy(out + o, parts[i], lens[i]);
+                o += lens[i];
+        }
+        return o;
+}
+
+/* Sends the frames of one message, encoded straight into the write (the connection is up) or onto what waits
+ * for the connection. */
 static int link_send(Link *l, const void *const *parts, const size_t *lens, size_t n) {
-        size_t total = 0, o = 0;
-        uint8_t *buf;
-        int r;
+        size_t total = 0;
+        uint8_t *p;
+        WriteReq *w;
 
         for (size_t i = 0; i < n; i++)
                 total += ZMTP_HEADER_MAX + lens[i];
         if ((l->up ? uv_stream_get_write_queue_size(&l->h.stream) : l->n_pending) + total > SEND_QUEUE_MAX)
                 return -EAGAIN;
-        buf = malloc(total);
-        if (!buf)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                o += zmtp_header(i + 1 < n ? ZMTP_FLAG_MORE : 0, lens[i], buf + o);
-                memcpy(buf + o, parts[i], lens[i]);
-                o += lens[i];
-        }
         if (l->up) {
-                r = link_write(l, buf, o);
-                free(buf);
-                return r;
+                w = write_req_new(l, total);
+                if (!w)
+                        return -ENOMEM;
+                w->len = frames_encode(parts, lens, n, w->data);
+                return write_req_submit(w);
         }
-        r = l->pending ? -ENOMEM : 0;
-        if (!l->pending) {
-                l->pending = buf;
-                l->n_pending = o;
-                return 0;
-        }
-        {
-                uint8_t *p = realloc(l->pending, l->n_pending + o);
-
-                if (p) {
-                        memcpy(p + l->n_pending, buf, o);
-                        l->pending = p;
-                        l->n_pending += o;
-                        r = 0;
-                }
-        }
-        free(buf);
-        return r;
+        p = realloc(l->pending, l->n_pending + total);
+        if (!p)
+                return -ENOMEM;
+        l->pending = p;
+        l->n_pending += frames_encode(parts, lens, n, p + l->n_pending);
+        return 0;
 }
 
 int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {

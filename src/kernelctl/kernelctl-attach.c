@@ -41,10 +41,7 @@ static void attach_on_notify(const RpcMessage *m, void *userdata) {
                 st->n_outputs++;
                 if (out.seq >= 0)
                         st->next = out.seq + 1;
-                if (st->o->stream)
-                        render_json_line(out.output);
-                else if (!st->o->json)
-                        render_output(out.output, st->o->traceback);
+                exec_print_output(st->o, out.output);
         }
 }
 

@@ -33,10 +33,14 @@ static void exec_on_notify(const RpcMessage *m, void *userdata) {
         if (!m->method || !streq(m->method, "output") || reply_output_decode(m->params, &out, NULL) < 0)
                 return;
         st->n_outputs++;
-        if (st->o->stream)
-                render_json_line(out.output);
-        else if (!st->o->json)
-                render_output(out.output, st->o->traceback);
+        exec_print_output(st->o, out.output);
+}
+
+void exec_print_output(const Options *o, const json_t *output) {
+        if (o->stream)
+                render_json_line(output);
+        else if (!o->json)
+                render_output(output, o->traceback);
 }
 /* Reads the whole of stdin, up to the largest request the daemon takes. */
 static int read_code(char **ret) {

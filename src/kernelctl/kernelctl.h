@@ -34,6 +34,9 @@ typedef struct Options {
 
 /* kernelctl-exec.c: exec CONTEXT [CODE|-]. args[0] names the context (checked by the dispatcher). */
 int cmd_exec(const Options *o, char **args, unsigned n_args);
+/* Prints one output as it arrives: a JSON line with --stream, nothing with --json (the result carries it), else
+ * the renderer's text. */
+void exec_print_output(const Options *o, const json_t *output);
 /* The exit code of a cell's status ("ok" 0, "error" 7, ...). */
 int exec_exit_code(const char *status);
 /* Prints the end of a cell as exec does from the daemon's answer to execute (or attach) and returns exec's exit
