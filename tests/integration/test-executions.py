@@ -80,7 +80,9 @@ def test_pieces(tap, d):
     while pieces < 50:
         p = popen_ctl(d, "attach", exec_id, "--from", str(frm), "--stream")
         lines = read_lines(p, 3)
-        if p.poll() is None and len(lines) == 3:
+        # A piece is three outputs; a line with the result means the cell ended: the last attach, read to its end
+        # (kernelctl may not have exited yet when its result line is read).
+        if p.poll() is None and len(lines) == 3 and all("output_type" in json.loads(l) for l in lines):
             p.kill()
             p.communicate()
             outs = [json.loads(l) for l in lines]
