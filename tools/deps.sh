@@ -4,7 +4,7 @@
 
 # Build: compiler, autotools and the six libraries. Run: Debian's ipykernel.
 KS_BUILD_PKGS="gcc make autoconf automake libtool pkg-config libuv1-dev libsystemd-dev libjansson-dev
-libinih-dev libzmq3-dev libssl-dev python3-ipykernel python3-jupyter-client"
+libinih-dev libzmq3-dev libssl-dev libmicrohttpd-dev python3-ipykernel python3-jupyter-client"
 # Tests: the systemd container recipe, process tools, matplotlib for plots; building and linting
 # the Debian package (tests/systemd/test-package.py); the OpenMetrics parser (test-metrics.py); pip for
 # test-preload.py's offline `pip install --user`.

@@ -15,9 +15,6 @@
 #include "util.h"
 
 #define REQUEST_ID 1
-/* Replies are not bounded like requests (a status of many contexts), but a
- * line this long is no reply of ours. */
-#define MAX_REPLY_LINE (64 * 1024 * 1024)
 /* How often check and wait try to connect while the daemon is not listening yet. */
 #define CONNECT_RETRY_USEC (50 * USEC_PER_MSEC)
 
@@ -267,7 +264,7 @@ int client_transact(int fd, const char *method, json_t *params, usec_t wait, cli
                 if (alloc - len < 65536) {
                         char *b;
 
-                        if (alloc >= MAX_REPLY_LINE)
+                        if (alloc >= PROTOCOL_MAX_REPLY_LINE)
                                 return client_fail(EXIT_FAILED, "invalid reply from kernelsupd (line too long).");
                         b = realloc(buf, alloc * 2 + 65536);
                         if (!b)

@@ -8,6 +8,8 @@
 #include <stddef.h>
 
 #define PROTOCOL_MAX_LINE (256 * 1024)
+/* A line the daemon sends may be longer: the reply of a cell holds its outputs, up to output_limit of text each. */
+#define PROTOCOL_MAX_REPLY_LINE (64 * 1024 * 1024)
 
 /* The longest timeout a request or kernelctl's --timeout takes: one day. */
 #define PROTOCOL_MAX_TIMEOUT_SEC 86400

@@ -1,0 +1,15 @@
+/* A cell's outputs (nbformat v4 dicts, as the daemon keeps them) in the shape apps already read: the Execution of
+ * E2B's and Cloudflare's SDKs (pure). */
+#pragma once
+
+#include <jansson.h>
+
+/* One display_data or execute_result as a Result: a member per format ("text", "html", "markdown", "svg", "png",
+ * "jpeg", "pdf", "latex", "json", "javascript"), the other MIME types under "extra", and main_key (E2B's wire:
+ * "is_main_result"; its SDK's objects: "isMainResult") true for an execute_result. New object in *ret; -ENOMEM,
+ * -EINVAL for what is not such an output. */
+int shape_result(const json_t *output, const char *main_key, json_t **ret);
+
+/* The outputs of a cell as {"logs": {"stdout": [..], "stderr": [..]}, "results": [..], "error": {"name", "value",
+ * "traceback": [..]} or null}. outputs NULL: none. New object in *ret; -ENOMEM. */
+int shape_execution(const json_t *outputs, json_t **ret);
