@@ -338,10 +338,36 @@ static const char *add_name(Handlers *h, ControlRequest *req, json_t *params) {
         return name;
 }
 
+json_t *handlers_report_for(ControlRequest *req, json_t *report, const char *name, bool added) {
+        const char *names[] = { name };
+        ReplyReport r = {};
+        json_t *j = NULL;
+
+        if (handlers_peer_privileged(control_request_peer(req)))
+                return report;
+        json_decref(report);
+        if (added)
+                r = (ReplyReport){ .added = names, .n_added = 1 };
+        else
+                r = (ReplyReport){ .removed = names, .n_removed = 1 };
+        (void) reply_report_encode(&r, &j);
+        return j;
+}
+
+const char *handlers_reload_error_for(ControlRequest *req, const char *path, const char *error) {
+        size_t n = strlen(path);
+
+        if (handlers_peer_privileged(control_request_peer(req)) ||
+            (error && strncmp(error, path, n) == 0 && error[n] == ':'))
+                return error;
+        return "the daemon's configuration does not load as it stands (root's to fix: the daemon's log says why)";
+}
+
 /* Writes file (text, len bytes) into contexts_dir and reloads; a reload that fails removes the file again. */
-static void add_write_reload(Handlers *h, ControlRequest *req, const char *file, const char *text, size_t len) {
+static void add_write_reload(Handlers *h, ControlRequest *req, const char *name, const char *file, const char *text,
+                             size_t len) {
         const char *dir = h->host.contexts_dir(h->host.userdata);
-        _cleanup_free_ char *error = NULL;
+        _cleanup_free_ char *error = NULL, *path = NULL;
         _cleanup_close_ int dirfd = -1;
         json_t *report = NULL;
         int r;
@@ -359,10 +385,13 @@ static void add_write_reload(Handlers *h, ControlRequest *req, const char *file,
         r = h->host.reload(h->host.userdata, false, &report, &error);
         if (r < 0) {
                 (void) unlinkat(dirfd, file, 0);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept", error ?: strerror(-r),
-                                             dir, file);
+                if (asprintf(&path, "%s/%s", dir, file) < 0)
+                        path = NULL;
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept",
+                                             handlers_reload_error_for(req, path ?: "", error ?: strerror(-r)), dir,
+                                             file);
         }
-        control_request_reply(req, report);
+        control_request_reply(req, handlers_report_for(req, report, name, true));
 }
 
 /* add: writes contexts_dir/NAME.ini and reloads. */
@@ -393,7 +422,7 @@ void method_add(ControlRequest *req, json_t *params, void *userdata) {
                 return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
         if (own)
                 log_info("%s: add requested by uid %u", name, (unsigned) peer->uid);
-        add_write_reload(h, req, file, text, len);
+        add_write_reload(h, req, name, file, text, len);
 }
 
 bool handlers_peer_may_remove(ControlRequest *req, const Context *c) {

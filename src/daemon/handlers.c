@@ -684,10 +684,10 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         r = h->host.reload(h->host.userdata, false, &report, &error);
         if (r < 0) {
                 (void) write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
-                                             path);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back",
+                                             handlers_reload_error_for(req, path, error ?: strerror(-r)), path);
         }
-        remove_answer(h, req, timeout, c, report);
+        remove_answer(h, req, timeout, c, handlers_report_for(req, report, name, false));
 }
 
 /* ---- The table ---- */

@@ -115,8 +115,18 @@ def test_own_add(tap, d, a, b):
     tap.eq(uid, a.user.uid, "its kernel runs as the uid that added it")
     r = a.ctl("add", "a2", "--user", a.user.name, "--cwd", a.user.home, "--env", "X=1")
     tap.eq(r.returncode, 0, "add with user = itself, a cwd it can enter and env exits 0", r.stderr)
-    r = b.ctl("add", "b1")
+    # A root edit not reloaded yet: the uid's add applies it (a reload is of the whole configuration), but is
+    # told of its own context alone, not of root's change nor of how many contexts there are.
+    d.write_context_file("rootlater", f"[context:rootlater]\nuser = {b.user.name}\n")
+    r = b.ctl("add", "b1", "--json")
     tap.eq(r.returncode, 0, "the other uid adds b1", r.stderr)
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        rep = None
+    tap.eq({k: v for k, v in (rep or {}).items() if v}, {"added": ["b1"]},
+           "its report names its own context alone, and counts no other", r.stdout)
+    tap.ok("rootlater" in names(d), "root's pending edit was applied by that reload")
 
 
 def test_other_names(tap, d, a, b):
@@ -125,6 +135,14 @@ def test_other_names(tap, d, a, b):
     tap.eq(r.returncode, 1, "add over another uid's name exits 1", r.stderr)
     tap.contains(r.stderr, "context b1 exists already", "it says only that the name is taken")
     tap.eq(file_text(d, "b1"), before, "the other uid's file is unchanged")
+    # A file root wrote but has not reloaded yet: add never writes over it either.
+    pending = f"[context:pend]\nuser = {b.user.name}\n"
+    d.write_context_file("pend", pending)
+    r = a.ctl("add", "pend")
+    tap.eq(r.returncode, 1, "add of a name whose file is in contexts_dir, not loaded yet, exits 1", r.stderr)
+    tap.contains(r.stderr, "pend.ini exists already", "it says the file exists")
+    tap.eq(file_text(d, "pend"), pending, "and the file is unchanged")
+    d.remove_context_file("pend")
     missing = a.ctl("remove", "nosuch")
     r = a.ctl("remove", "b1")
     tap.eq((r.returncode, r.stdout, r.stderr.replace("b1", "NAME")),
@@ -242,6 +260,10 @@ def test_flood(tap, d, b):
         answers = []
     tap.eq(len(answers), 200, "a flood of 200 concurrent adds: every connection answered or closed", r.stderr[-2000:])
     oks = answers.count("ok")
+    kinds = {}
+    for x in answers:
+        kinds[x[:60]] = kinds.get(x[:60], 0) + 1
+    tap.diag(f"the flood's answers: {kinds!r}")
     tap.ok(d.running() and d.ctl("status").returncode in (0, 1), "the daemon stays up under the flood and answers")
     own = [n for n in names(d) if n.startswith("fl")]
     # b1 is the uid's too.
@@ -268,10 +290,17 @@ def test_root(tap, d, a):
     tap.contains(r.stderr, "not in", "it names the file")
 
 
-def test_config_errors(tap, d, supervisor):
+def test_config_errors(tap, d, a, supervisor):
     bad = supervisor.replace(f"= {CAP}", "= 1001")
     d.write_config(d.contexts_text, DEFAULTS, bad)
     line = d.config_line("user_contexts_max = 1001")
+    r = a.ctl("add", "a6")
+    tap.eq(r.returncode, 1, "a uid's add while root's file does not load exits 1", r.stderr)
+    tap.ok("does not load as it stands" in r.stderr and "kernelsup.ini" not in r.stderr,
+           "it says the configuration does not load, not what root's file holds", r.stderr)
+    tap.ok(file_text(d, "a6") is None, "its file was not kept")
+    r = a.ctl("add", "a6", "--cwd", "relative")
+    tap.contains(r.stderr, "does not load as it stands", "so too when its own file holds an error as well")
     r = d.ctl("reload")
     tap.eq(r.returncode, 1, "reload with user_contexts_max = 1001 fails", r.stderr)
     tap.contains(r.stderr, f"kernelsup.ini:{line}: [supervisor] user_contexts_max = 1001: expected a number from 0 "
@@ -311,7 +340,7 @@ def test(tap):
         test_off(tap, d, a, supervisor)
         test_flood(tap, d, b)
         test_root(tap, d, a)
-        test_config_errors(tap, d, supervisor)
+        test_config_errors(tap, d, a, supervisor)
         tap.ok(d.running(), "kernelsupd kept running")
         d.stop()
         d.check_log()
