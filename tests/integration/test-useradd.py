@@ -1,10 +1,12 @@
 """A uid other than root adds and removes its own contexts, hostile trials each a point: its add
-runs as itself (the file says who added it), another uid's name (add over it, remove it: the same
-answer as a missing name), a root context of its own user (not removable by it), a user= other than
-itself, each root-only key, a cwd it cannot enter, limits above the defaults, the cap (the cap+1-th
-add refused, one more after a remove, still so after a restart of the daemon), user_contexts_max = 0,
-a flood of 200 concurrent adds (the daemon stays up, exactly the cap exist), root's add and remove
-unchanged, and the two new keys' file:line errors.
+(kernelctl add, add --wait) runs as itself (the file says who added it) and its report names its
+own context alone, another uid's name (add over it, remove it: the same answer as a missing name), a
+file not loaded yet (never written over), a root context of its own user (not removable by it), a
+user= other than itself, each root-only key, a cwd it cannot enter, limits above the defaults, the
+cap (the cap+1-th add refused, one more after a remove, still so after a restart of the daemon),
+user_contexts_max = 0, a flood of 200 concurrent adds (the daemon stays up, exactly the cap exist),
+root's add and remove unchanged, an error in root's file (not shown to the uid), root's later
+[context:NAME] of a name the uid took, and the two new keys' file:line errors.
 
 Needs root: it creates two test users (removed at the end). Kernels are stubs (tests/stubkernel)."""
 
@@ -113,8 +115,9 @@ def test_own_add(tap, d, a, b):
     pid = d.context("a1").get("pid")
     uid = os.stat(f"/proc/{pid}").st_uid if pid else None
     tap.eq(uid, a.user.uid, "its kernel runs as the uid that added it")
-    r = a.ctl("add", "a2", "--user", a.user.name, "--cwd", a.user.home, "--env", "X=1")
-    tap.eq(r.returncode, 0, "add with user = itself, a cwd it can enter and env exits 0", r.stderr)
+    r = a.ctl("add", "a2", "--user", a.user.name, "--cwd", a.user.home, "--env", "X=1", "--wait")
+    tap.eq(r.returncode, 0, "add --wait with user = itself, a cwd it can enter and env exits 0", r.stderr)
+    tap.contains(r.stdout, "a2: ready (pid", "add --wait as the uid starts its context")
     # A root edit not reloaded yet: the uid's add applies it (a reload is of the whole configuration), but is
     # told of its own context alone, not of root's change nor of how many contexts there are.
     d.write_context_file("rootlater", f"[context:rootlater]\nuser = {b.user.name}\n")
@@ -311,6 +314,10 @@ def test_config_errors(tap, d, a, supervisor):
     tap.eq(r.returncode, 1, "added_by in the main file fails", r.stderr)
     tap.contains(r.stderr, f"kernelsup.ini:{line}: [context:rootini] added_by = 0: only in a file of contexts_dir",
                  "it names file, line, key and value")
+    d.write_config(d.contexts_text + "[context:a2]\n", DEFAULTS, supervisor)
+    r = d.ctl("reload")
+    tap.eq(r.returncode, 1, "root's [context:a2] (a name the uid took) is refused", r.stderr)
+    tap.contains(r.stderr, f"{d.context_file('a2')}:2: [context:a2] defined again", "naming the uid's file")
     d.write_config(d.contexts_text, DEFAULTS, supervisor)
     tap.eq(d.ctl("reload").returncode, 0, "the configuration back")
 
