@@ -65,7 +65,11 @@ const ConfigKey config_keys[_KEY_MAX] = {
         [KEY_EXECUTIONS_MEMORY] = SUPERVISOR_KEY("executions_memory", parse_size, executions_memory, VALUE_SIZE),
         [KEY_EXECUTIONS_KEEP] = CONTEXT_KEY("executions_keep", parse_count, executions_keep, VALUE_UNSIGNED),
         [KEY_EXECUTIONS_TTL] = CONTEXT_KEY("executions_ttl", parse_duration_positive, executions_ttl, VALUE_USEC),
+        [KEY_USER_CONTEXTS_MAX] =
+                SUPERVISOR_KEY("user_contexts_max", parse_count_or_zero, user_contexts_max, VALUE_UNSIGNED),
+        [KEY_ADDED_BY] = CONTEXT_KEY("added_by", parse_uid, added_by, VALUE_UNSIGNED),
 };
+_Static_assert(sizeof(uid_t) == sizeof(unsigned), "added_by is copied as a VALUE_UNSIGNED");
 
 const ConfigKey *config_key_find(SectionKind kind, const char *key) {
         SectionKind want = kind == SECTION_SUPERVISOR ? SECTION_SUPERVISOR : SECTION_CONTEXT;
@@ -127,6 +131,7 @@ void context_config_init(ContextConfig *cc) {
                 .restore_timeout = 10 * 60 * USEC_PER_SEC,
                 .executions_keep = 32,
                 .executions_ttl = 60 * 60 * USEC_PER_SEC,
+                .added_by = (uid_t) -1,
         };
 }
 

@@ -22,6 +22,8 @@
 #define DEFAULT_PORT_MAX 32000
 /* Every uid may connect: the daemon shows and lets each drive only its own contexts (handlers_peer_sees()). */
 #define DEFAULT_SOCKET_MODE 0666
+/* The contexts one uid other than root may add with kernelctl add (handlers-add.c). */
+#define DEFAULT_USER_CONTEXTS_MAX 8
 
 typedef enum SectionKind {
         SECTION_SUPERVISOR,
@@ -98,6 +100,8 @@ enum {
         KEY_EXECUTIONS_MEMORY,
         KEY_EXECUTIONS_KEEP,
         KEY_EXECUTIONS_TTL,
+        KEY_USER_CONTEXTS_MAX,
+        KEY_ADDED_BY,
         _KEY_MAX,
 };
 

@@ -546,6 +546,19 @@ static int parser_resolve_socket_access(Parser *p) {
         return 0;
 }
 
+/* What a context that sets nothing gets: the built-in values, then [defaults]' scalars (its strings are left out). */
+static void parser_resolve_defaults(const Parser *p, ContextConfig *ret) {
+        context_config_init(ret);
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const ConfigKey *k = &config_keys[i];
+                size_t size = value_size(k->type);
+
+                if (k->section == SECTION_CONTEXT && size > 0 && p->defaults_section.keys[i].line > 0)
+                        memcpy((uint8_t *) ret + k->offset, (const uint8_t *) &p->defaults_section.cc + k->offset,
+                               size);
+        }
+}
+
 int parser_resolve(Parser *p) {
         const ConfigDefaults *d = p->defaults;
         Config *c = p->config;
@@ -578,6 +591,9 @@ int parser_resolve(Parser *p) {
         }
         if (p->supervisor.keys[KEY_EXECUTIONS_MEMORY].line == 0)
                 c->executions_memory = 64 * 1024 * 1024;
+        if (p->supervisor.keys[KEY_USER_CONTEXTS_MAX].line == 0)
+                c->user_contexts_max = DEFAULT_USER_CONTEXTS_MAX;
+        parser_resolve_defaults(p, &c->defaults);
         if (p->supervisor.keys[KEY_PORT_RANGE].line == 0) {
                 c->port_min = DEFAULT_PORT_MIN;
                 c->port_max = DEFAULT_PORT_MAX;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/types.h>
 #include <sys/un.h>
 
 #include "config-value.h"
@@ -450,6 +451,28 @@ int parse_restore(const char *value, void *data, const char **ret_reason) {
                 }
         *ret_reason = "expected none or replay";
         return -EINVAL;
+}
+
+int parse_count_or_zero(const char *value, void *data, const char **ret_reason) {
+        unsigned long long v;
+
+        if (parse_uint(value, 0, 1000, &v) < 0) {
+                *ret_reason = "expected a number from 0 to 1000";
+                return -EINVAL;
+        }
+        *(unsigned *) data = (unsigned) v;
+        return 0;
+}
+
+int parse_uid(const char *value, void *data, const char **ret_reason) {
+        unsigned long long v;
+
+        if (parse_uint(value, 0, UINT32_MAX - 1, &v) < 0) {
+                *ret_reason = "expected a uid (a number)";
+                return -EINVAL;
+        }
+        *(uid_t *) data = (uid_t) v;
+        return 0;
 }
 
 int parse_count(const char *value, void *data, const char **ret_reason) {

@@ -33,3 +33,7 @@ int parse_preload(const char *value, void *data, const char **ret_reason);
 int parse_kernel_name(const char *value, void *data, const char **ret_reason);
 int parse_restore(const char *value, void *data, const char **ret_reason);
 int parse_count(const char *value, void *data, const char **ret_reason);
+/* 0 to 1000. */
+int parse_count_or_zero(const char *value, void *data, const char **ret_reason);
+/* A uid as a number (into a uid_t). */
+int parse_uid(const char *value, void *data, const char **ret_reason);

@@ -231,6 +231,11 @@ static int parser_handle_key(Parser *p, const char *name, const char *value) {
                 k = config_key_find(p->section->kind, name);
                 if (!k)
                         return parser_fail_key(p, p->file, p->line, p->section, name, value, "unknown key");
+                /* Whose context it is to remove: the daemon's word in the file it wrote, not a setting. */
+                if (k == &config_keys[KEY_ADDED_BY] && !p->in_contexts_dir)
+                        return parser_fail_key(p, p->file, p->line, p->section, name, value,
+                                               "only in a file of contexts_dir, where kernelctl add records who "
+                                               "added the context");
         }
         ks = &p->section->keys[k - config_keys];
         if (!p->continuation && ks->line > 0 && k->type != VALUE_ENV) {
@@ -417,6 +422,7 @@ Config *config_free(Config *c) {
         free(c->runtime_dir);
         free(c->state_dir);
         free(c->contexts_dir);
+        context_config_done(&c->defaults);
         for (size_t i = 0; i < c->n_contexts; i++)
                 context_config_done(&c->contexts[i]);
         free(c->contexts);

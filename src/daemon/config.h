@@ -107,6 +107,10 @@ typedef struct ContextConfig {
          * 1000, default 32), each for executions_ttl after its end (default 1 h). */
         unsigned executions_keep;
         usec_t executions_ttl;
+        /* Who added the context with kernelctl add: the peer's uid, which add writes as added_by into the file
+         * (allowed only in a file of contexts_dir); (uid_t) -1 for a context written by hand. A uid other than
+         * root may remove only the contexts it added, and add at most user_contexts_max of them. */
+        uid_t added_by;
 } ContextConfig;
 
 typedef struct Config {
@@ -125,7 +129,13 @@ typedef struct Config {
         char *contexts_dir;
         uint16_t port_min, port_max;
         size_t executions_memory; /* bytes of kept outputs of executions, over the daemon; default 64 MiB */
-        ContextConfig *contexts;  /* sorted by name */
+        /* The contexts each uid other than root and the daemon's may add (kernelctl add) for itself; default 8,
+         * 0: such adds are refused. */
+        unsigned user_contexts_max;
+        /* What a context gets where it sets nothing: the built-in values, then [defaults] (scalars only: its
+         * strings are NULL). The limits such an add may set are bounded by these. */
+        ContextConfig defaults;
+        ContextConfig *contexts; /* sorted by name */
         size_t n_contexts;
 } Config;
 

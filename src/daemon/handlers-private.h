@@ -1,5 +1,5 @@
-/* What the parts of the control methods share (handlers.c, handlers-access.c, handlers-cells.c). Private to
- * src/daemon/handlers*.c. */
+/* What the parts of the control methods share (handlers.c, handlers-access.c, handlers-add.c, handlers-cells.c).
+ * Private to src/daemon/handlers*.c. */
 #pragma once
 
 #include <jansson.h>
@@ -26,6 +26,22 @@ bool handlers_peer_privileged(const ControlPeer *peer);
 /* The context named in params, answering the request with an error (and NULL) when there is none, the peer may not
  * see it, or the daemon is shutting down. */
 Context *handlers_request_context(Handlers *h, ControlRequest *req, json_t *params);
+
+/* handlers-add.c */
+/* contexts_dir, opened without following a symlink (created when missing): a descriptor, or -errno. */
+int handlers_open_contexts_dir(Handlers *h);
+/* add, a row of the table in handlers.c. */
+void method_add(ControlRequest *req, json_t *params, void *userdata);
+/* Whether the peer of req may remove c, which it sees: root and the daemon's uid any, another uid those it
+ * added. Answers req with permission denied when not. */
+bool handlers_peer_may_remove(ControlRequest *req, const Context *c);
+/* What req's peer is told of the reload its add or remove of name made: root and the daemon's uid the whole
+ * report (returned as it is); another uid a report of its own context alone (report is freed), since the whole
+ * one names and counts every context that changed. NULL on out of memory. */
+json_t *handlers_report_for(ControlRequest *req, json_t *report, const char *name, bool added);
+/* The error of that reload as req's peer may see it: another uid sees one in the file at path, its context's,
+ * and otherwise only that the configuration does not load (root's files may name other uids' contexts). */
+const char *handlers_reload_error_for(ControlRequest *req, const char *path, const char *error);
 
 /* The methods of cells (handlers-cells.c), rows of the table in handlers.c. */
 void method_execute(ControlRequest *req, json_t *params, void *userdata);

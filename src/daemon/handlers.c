@@ -614,155 +614,6 @@ static void method_reload(ControlRequest *req, json_t *params, void *userdata) {
         reload_reply(h, req, json_is_true(json_object_get(params, "dry_run")));
 }
 
-/* contexts_dir, opened without following a symlink (created when missing). */
-static int open_contexts_dir(Handlers *h) {
-        int r = mkdir_p(h->host.contexts_dir(h->host.userdata), 0755);
-
-        return r < 0 ? r : open_dir_nofollow(h->host.contexts_dir(h->host.userdata));
-}
-
-/* Whatever add writes must read back exactly: a value the INI format would cut or change is refused, with nothing
- * written. Answers the request and returns false when refused. */
-static bool add_value_writable(ControlRequest *req, const char *key, json_t *v) {
-        _cleanup_free_ char *shown = NULL;
-        const char *reason = NULL;
-        int r;
-
-        r = config_value_writable(key, json_string_value(v), json_string_length(v), &reason);
-        if (r >= 0)
-                return true;
-        if (r == -ENOMEM) {
-                control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-                return false;
-        }
-        /* The value as JSON, so a line break or a NUL shows; cut, so a huge one does not flood the reply. */
-        shown = json_dumps(v, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
-        if (shown && strlen(shown) > 80)
-                strcpy(shown + 72, "\"…");
-        control_request_error(
-                req, RPC_INVALID_PARAMS, NULL,
-                "%s = %s cannot be written to an INI file so that it reads back the same: it %s; nothing "
-                "was written",
-                key, shown ?: "?", reason);
-        return false;
-}
-
-/* Whether value passes key's own parser (NULL: the loader's checks at reload are all), as the configuration loader
- * parses it; else answers req with the parser's reason, naming key and value. */
-static bool add_value_parses(ControlRequest *req, const char *key, ValueParser parse, const char *value) {
-        union {
-                char *s;
-                long long n;
-        } scratch = {};
-        const char *reason = "invalid";
-        int r;
-
-        if (!parse)
-                return true;
-        r = parse(value, &scratch, &reason);
-        if (r >= 0) {
-                if (streq(key, "kernel"))
-                        free(scratch.s);
-                return true;
-        }
-        control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s = %s: %s; nothing was written", key, value,
-                              r == -ENOMEM ? "out of memory" : reason);
-        return false;
-}
-
-/* add: writes contexts_dir/NAME.ini and reloads; a reload that fails removes the file again. */
-static void method_add(ControlRequest *req, json_t *params, void *userdata) {
-        static const struct {
-                const char *key;
-                ValueParser parse;
-        } keys[] = {
-                { "user", NULL },
-                { "group", NULL },
-                { "cwd", NULL },
-                { "connection_file", NULL },
-                { "kernel", parse_kernel_name },
-                { "transport", parse_transport },
-                { "restore", parse_restore },
-        };
-        Handlers *h = userdata;
-        const char *name = json_string_value(json_object_get(params, "context"));
-        json_t *env = json_object_get(params, "env"), *v;
-        _cleanup_free_ char *text = NULL, *file = NULL, *error = NULL;
-        _cleanup_close_ int dirfd = -1;
-        size_t len = 0, i;
-        FILE *f;
-        json_t *report = NULL;
-        int r;
-
-        if (!name || !context_name_valid(name))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "invalid context name: expected [A-Za-z0-9_.-]{1,64}");
-        /* contexts_dir ignores hidden files (editors' and our own temporary files start with '.'). */
-        if (name[0] == '.')
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
-                                             "invalid context name %s: a name starting with '.' would be a hidden "
-                                             "file, which contexts_dir ignores",
-                                             name);
-        if (handlers_find(h, name))
-                return control_request_error(req, KS_ERR_FAILED, NULL, "context %s exists already", name);
-        if (env && !json_is_array(env))
-                return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env must be an array of K=V strings");
-        f = open_memstream(&text, &len);
-        if (!f)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-        fprintf(f, "; written by kernelctl add\n[context:%s]\n", name);
-        for (i = 0; i < ELEMENTSOF(keys); i++) {
-                json_t *kv = json_object_get(params, keys[i].key);
-                if (!kv)
-                        continue;
-                if (!json_is_string(kv)) {
-                        fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "%s must be a string",
-                                                     keys[i].key);
-                }
-                if (!add_value_writable(req, keys[i].key, kv) ||
-                    !add_value_parses(req, keys[i].key, keys[i].parse, json_string_value(kv))) {
-                        fclose(f);
-                        return;
-                }
-                fprintf(f, "%s = %s\n", keys[i].key, json_string_value(kv));
-        }
-        json_array_foreach(env, i, v) {
-                if (!json_is_string(v) || !strchr(json_string_value(v), '=')) {
-                        fclose(f);
-                        return control_request_error(req, RPC_INVALID_PARAMS, NULL, "env entries must be K=V strings");
-                }
-                if (!add_value_writable(req, "env", v)) {
-                        fclose(f);
-                        return;
-                }
-                fprintf(f, "env = %s\n", json_string_value(v));
-        }
-        if (fclose(f) != 0)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-
-        dirfd = open_contexts_dir(h);
-        if (dirfd < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot open %s: %s",
-                                             h->host.contexts_dir(h->host.userdata), strerror(-dirfd));
-        if (asprintf(&file, "%s.ini", name) < 0)
-                return control_request_error(req, RPC_INTERNAL_ERROR, NULL, "out of memory");
-        if (faccessat(dirfd, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s/%s exists already",
-                                             h->host.contexts_dir(h->host.userdata), file);
-        r = write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
-        if (r < 0)
-                return control_request_error(req, KS_ERR_FAILED, NULL, "cannot write %s/%s: %s",
-                                             h->host.contexts_dir(h->host.userdata), file, strerror(-r));
-        r = h->host.reload(h->host.userdata, false, &report, &error);
-        if (r < 0) {
-                (void) unlinkat(dirfd, file, 0);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s/%s was not kept", error ?: strerror(-r),
-                                             h->host.contexts_dir(h->host.userdata), file);
-        }
-        control_request_reply(req, report);
-}
-
 /* How long remove waits for the removed context's kernel: its stop ends by stop_timeout (SIGKILL), and kernelctl
  * waits 60 s for the answer. */
 static usec_t remove_timeout(const Context *c) {
@@ -788,7 +639,8 @@ static void remove_answer(Handlers *h, ControlRequest *req, usec_t timeout, Cont
 }
 
 /* remove: deletes contexts_dir/NAME.ini and reloads; a reload that fails puts the file back. It answers once
- * the context's kernel is gone, so that a script can rely on it. */
+ * the context's kernel is gone, so that a script can rely on it. A uid other than root and the daemon's removes
+ * only the contexts it added. */
 static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         Handlers *h = userdata;
         const char *name = json_string_value(json_object_get(params, "context"));
@@ -808,8 +660,11 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         if (request_timeout(req, params, 0, &timeout) < 0)
                 return;
         c = handlers_find(h, name);
-        if (!c)
+        /* Another uid's context is answered as a missing one, so no name can be probed. */
+        if (!c || !handlers_peer_sees(control_request_peer(req), c))
                 return control_request_error(req, KS_ERR_NO_CONTEXT, NULL, "no such context: %s", name);
+        if (!handlers_peer_may_remove(req, c))
+                return;
         cc = context_config(c);
         if (asprintf(&file, "%s.ini", name) < 0 ||
             asprintf(&path, "%s/%s", h->host.contexts_dir(h->host.userdata), file) < 0)
@@ -820,7 +675,7 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
                                              cc->source.file ?: "?", cc->source.line, path);
         r = read_file(path, 1024 * 1024, &text, &len);
         if (r >= 0)
-                dirfd = open_contexts_dir(h);
+                dirfd = handlers_open_contexts_dir(h);
         if (r < 0 || dirfd < 0 || unlinkat(dirfd, file, 0) < 0)
                 return control_request_error(req, KS_ERR_FAILED, NULL, "cannot remove %s: %s", path,
                                              strerror(r < 0       ? -r
@@ -829,10 +684,10 @@ static void method_remove(ControlRequest *req, json_t *params, void *userdata) {
         r = h->host.reload(h->host.userdata, false, &report, &error);
         if (r < 0) {
                 (void) write_file_atomic_at(dirfd, file, text, len, 0644, (uid_t) -1, (gid_t) -1);
-                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back", error ?: strerror(-r),
-                                             path);
+                return control_request_error(req, KS_ERR_FAILED, NULL, "%s; %s was put back",
+                                             handlers_reload_error_for(req, path, error ?: strerror(-r)), path);
         }
-        remove_answer(h, req, timeout, c, report);
+        remove_answer(h, req, timeout, c, handlers_report_for(req, report, name, false));
 }
 
 /* ---- The table ---- */
@@ -847,8 +702,9 @@ static const Method methods[] = {
         { "execute", method_execute, 0 },
         { "interrupt", method_interrupt, 0 },
         { "reload", method_reload, METHOD_CONFIGURE },
-        { "add", method_add, METHOD_CONFIGURE },
-        { "remove", method_remove, METHOD_CONFIGURE },
+        /* Another uid adds and removes its own contexts: the handlers check what it may (handlers-add.c). */
+        { "add", method_add, 0 },
+        { "remove", method_remove, 0 },
         { "metrics", method_metrics, 0 },
         { "kernels", method_kernels, 0 },
         { "history", method_history, 0 },

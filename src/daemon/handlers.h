@@ -32,6 +32,9 @@ typedef struct HandlersHost {
          * the service manager and logged: supervisor_reload()'s contract. Contexts it removes stay valid
          * until the loop runs again. */
         int (*reload)(void *userdata, bool dry_run, json_t **ret_report, char **ret_error);
+        /* The configuration loaded: user_contexts_max and the defaults bound another uid's add. Valid until the
+         * next reload. */
+        const Config *(*config)(void *userdata);
         /* The directory add writes NAME.ini into, and remove deletes it from. */
         const char *(*contexts_dir)(void *userdata);
         /* The daemon's own values for the metrics method, all but ret->privileged. */

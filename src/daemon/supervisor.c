@@ -171,6 +171,12 @@ static int supervisor_reload_cb(void *userdata, bool dry_run, json_t **ret_repor
         return supervisor_reload_announced(userdata, dry_run, ret_report, ret_error);
 }
 
+static const Config *supervisor_config(void *userdata) {
+        Supervisor *s = userdata;
+
+        return s->config;
+}
+
 static const char *supervisor_contexts_dir(void *userdata) {
         Supervisor *s = userdata;
 
@@ -583,6 +589,7 @@ int supervisor_new(uv_loop_t *loop, Config *config, const ConfigDefaults *defaul
                         .stopping = supervisor_stopping,
                         .status = supervisor_status,
                         .reload = supervisor_reload_cb,
+                        .config = supervisor_config,
                         .contexts_dir = supervisor_contexts_dir,
                         .metrics = supervisor_metrics,
                         .executions_memory = config->executions_memory,

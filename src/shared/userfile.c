@@ -29,6 +29,7 @@ typedef enum WriteStep {
         STEP_WRITE,
         STEP_RENAME,
         STEP_REMOVE, /* a removal: the entry is not a regular file, or unlinkat failed */
+        STEP_ENTER,  /* user_dir_enter: chdir */
 } WriteStep;
 
 /* The child's answer: err 0 means the file is in place. */
@@ -49,6 +50,7 @@ typedef struct WriteJob {
         size_t len;
         mode_t mode;
         const SpawnUser *user;
+        bool enter; /* user_dir_enter: only chdir into path */
 } WriteJob;
 
 /* The walk for kernels without openat2, and for naming the component that made openat2 fail: from /, each
@@ -224,6 +226,11 @@ _Noreturn static void writer_child(const WriteJob *j, int reportfd) {
                 rep.err = -r;
                 goto out;
         }
+        if (j->enter) {
+                rep.step = STEP_ENTER;
+                rep.err = chdir(j->path) < 0 ? errno : 0;
+                goto out;
+        }
         rep.step = STEP_DIRECTORY;
         dirfd = open_directory(j, &rep.prefix);
         if (dirfd < 0) {
@@ -358,6 +365,9 @@ static char *report_reason(const WriteJob *j, const WriteReport *rep) {
                 else
                         r = asprintf(&s, "cannot remove %s as %s: %s", j->path, who, strerror(rep->err));
                 break;
+        case STEP_ENTER:
+                r = asprintf(&s, "%s cannot enter %s: %s", who, j->path, strerror(rep->err));
+                break;
         default:
                 r = asprintf(&s, "cannot write %s as %s: %s", j->path, who, strerror(rep->err));
                 break;
@@ -425,5 +435,13 @@ int user_file_remove(const char *path, const SpawnUser *u, char **ret_reason) {
         r = job_split(&j);
         if (r < 0)
                 return r;
+        return job_run(&j, ret_reason);
+}
+
+int user_dir_enter(const char *path, const SpawnUser *u, char **ret_reason) {
+        WriteJob j = { .path = path, .user = u, .enter = true };
+
+        if (!path || path[0] != '/')
+                return -EINVAL;
         return job_run(&j, ret_reason);
 }

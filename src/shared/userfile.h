@@ -31,3 +31,9 @@ int user_file_write(const char *path, const void *data, size_t len, mode_t mode,
  * a directory there is not one the daemon wrote: -EMEDIUMTYPE, left as it is); a missing one is success.
  * Failures as for user_file_write. */
 int user_file_remove(const char *path, const SpawnUser *u, char **ret_reason);
+
+/* Whether u may enter the directory at the absolute path, as a kernel of u's does at its start: chdir in a child
+ * with u's identity (links followed, as chdir follows them), within the same 10 s. 0 when it may; else -errno and,
+ * when ret_reason is not NULL, a newly allocated sentence ("user a cannot enter /root: Permission denied").
+ * Blocks and reaps as user_file_write. */
+int user_dir_enter(const char *path, const SpawnUser *u, char **ret_reason);

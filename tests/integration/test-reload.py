@@ -418,11 +418,17 @@ def test(tap):
     else:
         for p in (d.tmp, d.run_dir):
             os.chmod(p, 0o755)
-        cmds = (("reload",), ("reload", "--dry-run"), ("add", "zz"), ("remove", "n"))
+        # A uid other than root adds only its own contexts, with none of root's keys (test-useradd.py), and
+        # removes only those it added: root's n is, to nobody, no context at all.
+        cmds = (("reload",), ("reload", "--dry-run"), ("add", "zz", "--group", "root"), ("remove", "n"))
         for mode, how in ((0o660, "cannot connect to the 0660 socket"), (0o666, "the daemon refuses")):
             os.chmod(d.socket, mode)
             for args in cmds:
                 r = d.ctl(*args, prefix=NOBODY)
+                if mode == 0o666 and args[0] == "remove":
+                    tap.eq(r.returncode, 5, f"as nobody ({how}): kernelctl {' '.join(args)} exits 5", r.stderr)
+                    tap.contains(r.stderr, "no such context: n", "as nobody: root's n answers as a missing one")
+                    continue
                 tap.eq(r.returncode, 4, f"as nobody ({how}): kernelctl {' '.join(args)} exits 4", r.stderr)
                 tap.ok("permission denied" in r.stderr.lower(), f"as nobody: {' '.join(args)} says permission denied",
                        r.stderr)

@@ -520,6 +520,48 @@ static void test_executions(void) {
         config_free(c);
 }
 
+/* [supervisor] user_contexts_max and added_by, the keys of the contexts a uid other than root adds. */
+static void test_user_contexts(void) {
+        const ContextConfig *cc;
+        const char *rel;
+        char p1[128];
+        Config *c;
+
+        new_ctx_dir(false);
+        c = load_ok("[defaults]\nmemory_max = 1G\n[context:a]\n", "user_contexts_max unset");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(c && c->user_contexts_max == 8, "user_contexts_max is 8 by default");
+        ok(cc && cc->added_by == (uid_t) -1, "a context written by hand has no added_by");
+        ok(c && c->defaults.memory_max == 1024ULL * 1024 * 1024 && c->defaults.tasks_max == 0 &&
+                   c->defaults.start_timeout == 30 * USEC_PER_SEC,
+           "the defaults: [defaults]' memory_max, the built-in tasks_max and start_timeout");
+        config_free(c);
+        c = load_ok("[supervisor]\nuser_contexts_max = 0\n", "user_contexts_max = 0");
+        ok(c && c->user_contexts_max == 0, "user_contexts_max = 0 turns such adds off");
+        config_free(c);
+        check_error("[supervisor]\nuser_contexts_max = 1001\n",
+                    "@/main.ini:2: [supervisor] user_contexts_max = 1001: expected a number from 0 to 1000",
+                    "user_contexts_max = 1001");
+        check_error("[context:a]\nadded_by = 1000\n",
+                    "@/main.ini:2: [context:a] added_by = 1000: only in a file of contexts_dir, where kernelctl add "
+                    "records who added the context",
+                    "added_by in the main file");
+        check_error("[defaults]\nadded_by = 1000\n",
+                    "@/main.ini:2: [defaults] added_by = 1000: only in a file of contexts_dir, where kernelctl add "
+                    "records who added the context",
+                    "added_by in [defaults]");
+        rel = new_ctx_dir(true);
+        snprintf(p1, sizeof p1, "%s/a.ini", rel);
+        put(p1, "[context:a]\nadded_by = x\n");
+        check_error_r("[defaults]\n", -EINVAL, "&/a.ini:2: [context:a] added_by = x: expected a uid (a number)",
+                      "added_by = x");
+        put(p1, "[context:a]\nadded_by = 1000\n");
+        c = load_ok("[defaults]\n", "added_by in a contexts_dir file");
+        cc = c ? config_find_context(c, "a") : NULL;
+        ok(cc && cc->added_by == 1000, "added_by = 1000 read from contexts_dir");
+        config_free(c);
+}
+
 static void test_restore(void) {
         const ContextConfig *cc;
         Config *c;
@@ -696,6 +738,7 @@ int main(void) {
         test_preload();
         test_restore();
         test_executions();
+        test_user_contexts();
         test_bundled();
         test_expand_argv();
 

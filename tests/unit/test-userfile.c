@@ -162,6 +162,29 @@ static void test_user_rights(void) {
            "%sthe file belongs to uid %d and has mode 0600", label, OTHER_ID);
 }
 
+/* user_dir_enter: whether the user may chdir into a directory, with its rights, not root's. */
+static void test_enter(void) {
+        SpawnUser u = other_user();
+        _cleanup_free_ char *closed = path_in("enter-closed"), *inner = path_in("enter-closed/inner"),
+                            *open_dir = path_in("enter-open"), *reason = NULL, *want = NULL;
+        int r;
+
+        dir("enter-closed", 0700, -1);
+        dir("enter-closed/inner", 0755, -1);
+        dir("enter-open", 0755, -1);
+        r = user_dir_enter(closed, &u, &reason);
+        if (asprintf(&want, "uid 4321 cannot enter %s: Permission denied", closed) < 0)
+                abort();
+        is_int(r, -EACCES, "enter: a directory root may enter and the user not is refused");
+        is_str(reason, want, "enter: the reason names the user and the directory");
+        free(reason);
+        reason = NULL;
+        is_int(user_dir_enter(inner, &u, &reason), -EACCES, "enter: so is one below it");
+        is_int(user_dir_enter(closed, NULL, NULL), 0, "enter: the daemon's own identity (root) enters it");
+        is_int(user_dir_enter(open_dir, &u, NULL), 0, "enter: a directory the user may search");
+        is_int(user_dir_enter("relative", &u, NULL), -EINVAL, "enter: a relative path is refused");
+}
+
 /* Sticky directories: the user's rights decide for a user; root is held to the same rule. */
 static void test_sticky(void) {
         SpawnUser u = other_user();
@@ -288,6 +311,7 @@ int main(void) {
         test_user_rights();
         test_sticky();
         test_remove();
+        test_enter();
 
         nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         if (!mkdtemp(strcpy(tmpdir, "/tmp/test-userfile.XXXXXX")))
