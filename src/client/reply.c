@@ -779,3 +779,11 @@ REPLY_DEFINE(report, ReplyReport)
 REPLY_DEFINE(history, ReplyHistory)
 REPLY_DEFINE(error, ReplyError)
 REPLY_DEFINE(supervisor, ReplySupervisor)
+
+const char *reply_check_verdict(const ReplyCheck *c, const char *expect) {
+        if (!expect)
+                return "ready";
+        if (c->context.kernel_id && streq(c->context.kernel_id, expect))
+                return "same";
+        return c->rebuilt.valid ? "rebuilt" : "replaced";
+}

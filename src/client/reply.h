@@ -314,3 +314,8 @@ REPLY_DECLARE(report, ReplyReport);
 REPLY_DECLARE(history, ReplyHistory);
 REPLY_DECLARE(error, ReplyError);
 REPLY_DECLARE(supervisor, ReplySupervisor);
+
+/* check's verdict on a context that answered, as kernelctl check's exit code and kernelsup-http say it: "ready" (no
+ * kernel expected), "same" (the expected kernel answers), "rebuilt" (another, its namespace rebuilt from the
+ * expected one's journal) or "replaced" (another, its namespace empty). A static string. */
+const char *reply_check_verdict(const ReplyCheck *c, const char *expect);

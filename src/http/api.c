@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "api-private.h"
+#include "reply.h"
 #include "util.h"
 
 /* ---- The daemon and its contexts ---- */
@@ -79,22 +80,19 @@ static void route_interrupt(HttpRequest *r, char **args) {
                 api_proxy(r, "interrupt", p);
 }
 
-/* check's verdict as kernelctl check's exit code says it: the same kernel, or another (with its namespace empty,
- * or rebuilt from the expected one's journal). */
+/* check's verdict, as kernelctl check says it (reply_check_verdict): a member "verdict" added to its answer. A
+ * context that does not answer in time is the daemon's 504. */
 static void check_done(HttpRequest *r, const RpcMessage *m, int error) {
-        const json_t *body;
-        const char *verdict;
+        _cleanup_(reply_check_done) ReplyCheck check = {};
+        json_t *j;
 
-        if (m && m->kind == RPC_ERROR && m->code == KS_ERR_REPLACED && json_is_object(m->data)) {
-                body = m->data;
-                verdict = "replaced";
-        } else if (m && m->kind == RPC_RESULT) {
-                body = m->result;
-                verdict = json_object_get(m->result, "rebuilt") ? "rebuilt" : "alive";
-        } else
+        if (!m || m->kind == RPC_ERROR)
                 return http_answer_upstream(r, m, error);
-        json_t *j = json_deep_copy(body);
-        if (j && json_object_set_new(j, "verdict", json_string(verdict)) < 0) {
+        if (reply_check_decode(m->result, &check, NULL) < 0)
+                return http_answer_error(r, 502, "daemon_error", "check's answer cannot be read");
+        j = json_deep_copy(m->result);
+        if (j &&
+            json_object_set_new(j, "verdict", json_string(reply_check_verdict(&check, http_request_data(r)))) < 0) {
                 json_decref(j);
                 j = NULL;
         }
@@ -107,8 +105,15 @@ static void route_check(HttpRequest *r, char **args) {
         double t;
         char *end;
 
-        if (p && expect)
-                (void) json_object_set_new(p, "expect", json_string(expect));
+        if (p && expect) {
+                char *e = strdup(expect);
+                if (!e || json_object_set_new(p, "expect", json_string(expect)) < 0) {
+                        free(e);
+                        json_decref(p);
+                        return http_answer_error(r, 400, "invalid_params", "expect must be a kernel_id");
+                }
+                http_request_set_data(r, e, free);
+        }
         if (p && timeout) {
                 t = strtod(timeout, &end);
                 if (end == timeout || *end) {

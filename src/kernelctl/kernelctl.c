@@ -330,10 +330,7 @@ static int cmd_check(const Options *o, char **args, unsigned n_args) {
                         return client_invalid_reply(&problem);
                 if (!check.context.kernel_id)
                         return client_invalid_reply(&(ReplyProblem){ "context.kernel_id: null for a ready context" });
-                verdict = !o->expect                                  ? "ready"
-                          : streq(check.context.kernel_id, o->expect) ? "same"
-                          : check.rebuilt.valid                       ? "rebuilt"
-                                                                      : "replaced";
+                verdict = reply_check_verdict(&check, o->expect);
                 r = streq(verdict, "replaced") ? EXIT_REPLACED : streq(verdict, "rebuilt") ? EXIT_REBUILT : EXIT_OK;
         } else if (reply.code == KS_ERR_TIMEOUT) {
                 verdict = "not-ready";
