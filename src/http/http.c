@@ -118,28 +118,33 @@ unsigned http_status_of_rpc(int rpc_code, const char **ret_code) {
         return 500;
 }
 
+/* 503 with Retry-After: the daemon is not there, or refused the connection (its bounds on connections). */
+static void answer_unavailable(HttpRequest *r, const char *code, const char *message) {
+        json_t *body = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message);
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        struct MHD_Response *resp = text ? response_new("application/json", text, strlen(text)) : NULL;
+
+        json_decref(body);
+        if (resp)
+                (void) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+        request_set_response(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+}
+
 void http_answer_upstream(HttpRequest *r, const RpcMessage *m, int error) {
-        struct MHD_Response *resp;
         const char *code;
         unsigned status;
-        json_t *body;
-        char *text;
 
+        /* An error line that answers no request of ours: the daemon refused the connection itself. */
+        if (m && (!m->id || json_is_null(m->id)))
+                return answer_unavailable(r, "daemon_busy", m->message ?: "kernelsupd refused the connection");
         if (m) {
                 status = http_status_of_rpc(m->code, &code);
                 return http_answer_error(r, status, code, "%s", m->message ?: "failed");
         }
-        if (error == -ENOENT || error == -ECONNREFUSED || error == -ECONNRESET || error == -EAGAIN) {
-                body = json_pack("{s:{s:s, s:s}}", "error", "code", "daemon_unavailable", "message",
-                                 error == -ECONNRESET ? "kernelsupd went away before it answered"
-                                                      : "kernelsupd is not running or not listening");
-                text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-                json_decref(body);
-                resp = text ? response_new("application/json", text, strlen(text)) : NULL;
-                if (resp)
-                        (void) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-                return request_set_response(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
-        }
+        if (error == -ENOENT || error == -ECONNREFUSED || error == -ECONNRESET || error == -EAGAIN)
+                return answer_unavailable(r, "daemon_unavailable",
+                                          error == -ECONNRESET ? "kernelsupd went away before it answered"
+                                                               : "kernelsupd is not running or not listening");
         http_answer_error(r, 502, "daemon_error", "the control connection failed: %s", strerror(-error));
 }
 

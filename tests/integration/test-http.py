@@ -252,6 +252,36 @@ def check_disconnect_and_cancel(tap, front):
     tap.eq((r.status, r.error_code()), (409, "failed"), "cancel of an ended execution: 409")
 
 
+def check_daemon_busy(tap, front):
+    """Each request holds a control connection; past the daemon's bound (256 in all) it is 503, not a hang."""
+    s = Sse(front, "POST", "/v1/contexts/default/execute",
+            {"code": "import time; time.sleep(60)", "on_disconnect": "keep"})
+    eid = s.next()["data"]["id"]
+    s.close()
+    socks, answers = [], {}
+    for _ in range(270):
+        c = socket.create_connection(("127.0.0.1", front.port))
+        c.sendall(f"GET /v1/executions/{eid}/events HTTP/1.1\r\nHost: 127.0.0.1:{front.port}\r\n"
+                  f"Authorization: Bearer {front.token}\r\n\r\n".encode())
+        socks.append(c)
+    for c in socks:
+        c.settimeout(harness.scaled(30))
+        head = c.recv(4096).decode(errors="replace")
+        key = head.split("\r\n", 1)[0]
+        if "503" in key:
+            key += " Retry-After" if "Retry-After: 1" in head else ""
+            key += " daemon_busy" if "daemon_busy" in head else ""
+        answers[key] = answers.get(key, 0) + 1
+    for c in socks:
+        c.close()
+    tap.ok(answers.get("HTTP/1.1 503 Service Unavailable Retry-After daemon_busy", 0) > 0 and
+           answers.get("HTTP/1.1 200 OK", 0) > 0 and
+           sum(answers.values()) == 270, "270 streams at once: the daemon's bound answers 503 daemon_busy with "
+           "Retry-After, the rest stream", repr(answers))
+    r = front.request("DELETE", f"/v1/executions/{eid}")
+    tap.eq(r.status, 200, "served again once they are closed", repr(r))
+
+
 def check_contexts(tap, front, d):
     r = front.request("GET", "/v1/contexts")
     tap.eq(sorted(c["name"] for c in r.json()["contexts"]), ["default"], "GET /v1/contexts lists the contexts")
@@ -322,7 +352,8 @@ def run(tap):
         tap.skip_all(why)
     d = harness.Daemon(tap).start()
     d.wait_state("default", "ready", timeout=60)
-    front = harness_http.HttpFront(tap, d).start()
+    # More connections than the daemon's 256, so that its bound shows (check_daemon_busy).
+    front = harness_http.HttpFront(tap, d, args=["--max-connections", "400", "--max-per-client", "400"]).start()
     r = front.request("GET", "/v1/status")
     tap.eq(r.status, 200, "GET /v1/status: 200", repr(r))
     tap.eq(r.json()["supervisor"]["pid"], d.proc.pid, "it is the daemon's status")
@@ -334,6 +365,7 @@ def run(tap):
     check_execute_sse(tap, front)
     check_resume(tap, front)
     check_disconnect_and_cancel(tap, front)
+    check_daemon_busy(tap, front)
     check_contexts(tap, front, d)
     check_lifecycle(tap, front)
     check_daemon_away(tap, front, d)
