@@ -6,8 +6,10 @@ and removed, restart and check's verdicts, and the daemon going away: 503 with R
 with an error event, and requests served again once it is back."""
 
 import base64
+import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -346,6 +348,30 @@ def check_daemon_away(tap, front, d):
     tap.eq(r.json()["supervisor"]["pid"], d.proc.pid, "by the new daemon")
 
 
+def check_socket_activation(tap, front, d):
+    """kernelsup-http takes the sockets systemd passes (LISTEN_FDS), as kernelsup-http.socket does."""
+    activate = shutil.which("systemd-socket-activate")
+    if not activate:
+        return tap.skip("socket activation", "systemd-socket-activate is not installed (Debian's systemd)")
+    port = front.port - 1
+    proc = front.spawn([activate, "-l", f"127.0.0.1:{port}", harness_http.KERNELSUP_HTTP, "--socket", d.socket,
+                        "--token-file", front.token_file])
+    try:
+        def ask():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=harness.scaled(10))
+                c.request("GET", "/v1/status", headers={"Authorization": f"Bearer {front.token}"})
+                return c.getresponse().status
+            except OSError:
+                return None
+        tap.eq(harness.wait_until(ask, 30, "an answer on the passed socket", check=lambda v: v is not None), 200,
+               "on a socket passed by systemd (LISTEN_FDS): 200")
+        tap.ok(f"Listening on 127.0.0.1:{port}" in front.log(), "it names the passed socket in its log")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        tap.eq(proc.wait(harness.scaled(30)), 0, "the activated server exits 0 on SIGTERM")
+
+
 def run(tap):
     why = harness_http.main_skip_reason()
     if why:
@@ -368,6 +394,7 @@ def run(tap):
     check_daemon_busy(tap, front)
     check_contexts(tap, front, d)
     check_lifecycle(tap, front)
+    check_socket_activation(tap, front, d)
     check_daemon_away(tap, front, d)
     front.stop()
     d.check_log()
