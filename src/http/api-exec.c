@@ -16,8 +16,9 @@
 
 typedef struct Follow {
         bool sse, begun;
-        long long next; /* the number of the next output the client gets */
-        char id[37];    /* the execution's, from the daemon's first notification */
+        long long next;    /* the number of the next output the client gets */
+        char id[37];       /* the execution's, from the daemon's first notification */
+        size_t max_output; /* the budget of the answer's text (render.h); 0: none */
 } Follow;
 
 static void follow_free(void *p) {
@@ -109,6 +110,23 @@ static void sse_done(HttpRequest *r, Follow *f, const RpcMessage *m, int error) 
         http_stream_end(r);
 }
 
+/* "text": the cell as kernelctl exec's text mode prints it, for a model; "truncated": {kept, dropped} when the
+ * budget cut it, else null. */
+static int add_text(json_t *body, const json_t *outputs, size_t max_output) {
+        _cleanup_free_ char *text = NULL;
+        size_t kept, dropped;
+        json_t *t;
+
+        if (shape_text(outputs, max_output, &text, &kept, &dropped) < 0)
+                return -ENOMEM;
+        t = dropped ? json_pack("{s:I, s:I}", "kept", (json_int_t) kept, "dropped", (json_int_t) dropped)
+                    : json_null();
+        if (!t || json_object_set_new(body, "truncated", t) < 0 ||
+            json_object_set_new(body, "text", json_string(text)) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 static void json_done(HttpRequest *r, Follow *f, const RpcMessage *m, int error) {
         const char *message;
         const json_t *end = m ? end_of(m, &message) : NULL;
@@ -127,6 +145,10 @@ static void json_done(HttpRequest *r, Follow *f, const RpcMessage *m, int error)
                 (void) json_object_set(body, streq(k, "execution_count") ? "executionCount" : k, v);
         }
         json_decref(summary);
+        if (add_text(body, json_object_get(end, "outputs"), f->max_output) < 0) {
+                json_decref(body);
+                body = NULL;
+        }
         http_answer_json(r, 200, body);
 }
 
@@ -159,7 +181,10 @@ static void follow_call(HttpRequest *r, const char *method, json_t *params) {
 
 void api_route_execute(HttpRequest *r, char **args) {
         json_auto_t *body = http_request_json(r);
-        const json_t *code, *timeout, *od;
+        const json_t *code, *timeout, *od, *mo;
+        size_t max_output = 0;
+        const char *why;
+        Follow *f;
         json_t *p;
 
         if (!body)
@@ -167,14 +192,22 @@ void api_route_execute(HttpRequest *r, char **args) {
         code = json_object_get(body, "code");
         timeout = json_object_get(body, "timeout");
         od = json_object_get(body, "on_disconnect");
+        mo = json_object_get(body, "max_output");
         if (!json_is_string(code))
                 return http_answer_error(r, 400, "invalid_params", "code must be a string");
         if (timeout && !json_is_number(timeout))
                 return http_answer_error(r, 400, "invalid_params", "timeout must be a number of seconds");
         if (od && !json_is_string(od))
                 return http_answer_error(r, 400, "invalid_params", "on_disconnect must be \"interrupt\" or \"keep\"");
-        if (!follow_new(r, 0))
+        if (mo && !(json_is_integer(mo) && json_integer_value(mo) >= 0) &&
+            !(json_is_string(mo) && parse_size(json_string_value(mo), &max_output, &why) >= 0))
+                return http_answer_error(r, 400, "invalid_params",
+                                         "max_output must be a number of bytes or a size from 1K to 1G (\"4K\")");
+        if (json_is_integer(mo))
+                max_output = (size_t) json_integer_value(mo);
+        if (!(f = follow_new(r, 0)))
                 return;
+        f->max_output = max_output;
         p = json_pack("{s:s, s:O, s:O*, s:O*}", "context", args[0], "code", code, "timeout", timeout, "on_disconnect",
                       od);
         follow_call(r, "execute", p);

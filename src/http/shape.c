@@ -1,7 +1,10 @@
 /* The shapes of shape.h. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "render.h"
 #include "shape.h"
 #include "util.h"
 
@@ -113,4 +116,37 @@ int shape_execution(const json_t *outputs, json_t **ret) {
         *ret = json_pack("{s:{s:O, s:O}, s:O, s:O?}", "logs", "stdout", stdout_, "stderr", stderr_, "results", results,
                          "error", error ?: json_null());
         return *ret ? 0 : -ENOMEM;
+}
+
+static void text_emit(CellRenderTarget target, const char *s, size_t n, void *userdata) {
+        (void) target;
+        fwrite(s, 1, n, userdata);
+}
+
+int shape_text(const json_t *outputs, size_t max_output, char **ret_text, size_t *ret_kept, size_t *ret_dropped) {
+        char *text = NULL;
+        size_t len = 0, kept = 0, dropped = 0;
+        FILE *f = open_memstream(&text, &len);
+        CellRender *cr = f ? cell_render_new(max_output, false, text_emit, f) : NULL;
+        const json_t *o;
+        size_t i;
+        int r = cr ? 0 : -ENOMEM;
+
+        json_array_foreach(outputs, i, o) {
+                if (r >= 0)
+                        r = cell_render_output(cr, o);
+        }
+        if (r >= 0)
+                r = cell_render_finish(cr, &kept, &dropped);
+        cell_render_free(cr);
+        if (f && fclose(f) != 0 && r >= 0)
+                r = -ENOMEM;
+        if (r < 0) {
+                free(text);
+                return r;
+        }
+        *ret_text = text;
+        *ret_kept = kept;
+        *ret_dropped = dropped;
+        return 0;
 }

@@ -13,3 +13,8 @@ int shape_result(const json_t *output, const char *main_key, json_t **ret);
 /* The outputs of a cell as {"logs": {"stdout": [..], "stderr": [..]}, "results": [..], "error": {"name", "value",
  * "traceback": [..]} or null}. outputs NULL: none. New object in *ret; -ENOMEM. */
 int shape_execution(const json_t *outputs, json_t **ret);
+
+/* The cell as text for a model, as kernelctl exec prints it (render.h: stdout and stderr interleaved as they came),
+ * within max_output bytes (0: no budget): a new string in *ret_text; *ret_dropped the bytes the budget dropped (0:
+ * none). -ENOMEM. */
+int shape_text(const json_t *outputs, size_t max_output, char **ret_text, size_t *ret_kept, size_t *ret_dropped);

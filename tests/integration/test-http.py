@@ -9,6 +9,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -159,6 +160,27 @@ def check_execute_json(tap, front, kernel_id):
     res = r.json()["results"]
     tap.eq([sorted(k for k in x if k != "isMainResult") for x in res], [["html", "text"], ["markdown", "text"], ["json"]],
            "HTML, Markdown and JSON displays keep their formats", repr(res))
+
+
+def check_text(tap, front, d):
+    """The answer's text is kernelctl exec's (one renderer, render.h), and max_output keeps a head and a tail."""
+    cell = "for i in range(3): print(f'\\r{i}%', end='')\nprint('\\n\\x1b[31mred\\x1b[0m')\n'v'"
+    e = front.request("POST", "/v1/contexts/default/execute", body={"code": cell}).json()
+    tap.eq(e["text"], "2%\nred\n'v'\n", "text: the progress line's last state, no ANSI, the value", repr(e["text"]))
+    tap.eq(e["truncated"], None, "truncated: null when nothing was cut")
+    ctl = d.ctl("exec", "default", cell)
+    # kernelctl's last line is its summary, "[ok #N]", which the answer has as status and executionCount.
+    tap.eq(e["text"], re.sub(r"\[ok #\d+\]\n$", "", ctl.stdout), "the same text as kernelctl exec prints",
+           repr(ctl.stdout))
+    e = front.request("POST", "/v1/contexts/default/execute",
+                      body={"code": "print('x' * 20000)\nprint('THE END')", "max_output": "1K"}).json()
+    tap.ok(e["truncated"] and e["truncated"]["kept"] <= 1024 and e["truncated"]["dropped"] > 18000,
+           "max_output 1K: truncated {kept <= 1024, dropped}", repr(e["truncated"]))
+    tap.ok(e["text"].endswith("THE END\n") and e["text"].startswith("xxx") and len(e["text"]) < 1300,
+           "the head and the tail are kept, the end of the print too", repr(e["text"][-80:]))
+    tap.eq(e["logs"]["stdout"][0].count("x"), 20000, "logs keep every byte: the budget is the text's")
+    r = front.request("POST", "/v1/contexts/default/execute", body={"code": "1", "max_output": "lots"})
+    tap.eq(r.status, 400, "a max_output that is no size: 400")
 
 
 def check_execute_sse(tap, front):
@@ -388,6 +410,7 @@ def run(tap):
     check_auth(tap, front)
     check_errors(tap, front)
     check_execute_json(tap, front, kernel_id)
+    check_text(tap, front, d)
     check_execute_sse(tap, front)
     check_resume(tap, front)
     check_disconnect_and_cancel(tap, front)
