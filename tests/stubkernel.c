@@ -12,7 +12,10 @@
  * Two cells behave otherwise: "abort" is answered status "abort" without an
  * execution_count (as tslab answers a cell it aborted), and "hang" runs until an
  * interrupt_request comes on control (SIGINT is ignored), then ends with a
- * KeyboardInterrupt error.
+ * KeyboardInterrupt error. "input" asks for input as IRkernel's readline() does,
+ * whatever allow_stdin says: an input_request on stdin to the routing identity of
+ * the shell request, then it waits for the input_reply (at most 30 s) and prints
+ * "input: VALUE." on stdout, or "input: no reply." when none came.
  * For the heartbeat: SIGUSR1 makes it stop answering heartbeat pings (as a
  * kernel stuck in C code with its GIL held), SIGUSR2 makes it answer again. */
 #include <errno.h>
@@ -29,6 +32,7 @@
 #include "util.h"
 
 static const char *key;
+static void *stdin_sock;
 static const char *session = "stubkernel";
 static bool ignore_shutdown;
 static volatile sig_atomic_t hb_silent; /* SIGUSR1 sets it, SIGUSR2 clears it */
@@ -92,6 +96,35 @@ static void publish_status(void *iopub, const JupyterMsg *req, const char *state
         reply(iopub, NULL, 0, req, "status", json_pack("{s:s}", "execution_state", state));
 }
 
+/* The "input" cell: asks the client (ids, the shell request's identities) on stdin, and prints what it answered. */
+static void ask_input(zmq_msg_t *ids, int n_ids, const JupyterMsg *req, void *iopub) {
+        zmq_pollitem_t item = { stdin_sock, 0, ZMQ_POLLIN, 0 };
+        zmq_msg_t frames[32];
+        const void *parts[32];
+        size_t lens[32];
+        JupyterMsg rep;
+        char text[256] = "input: no reply.\n";
+        int n, first = 0;
+
+        reply(stdin_sock, ids, n_ids, req, "input_request", json_pack("{s:s, s:b}", "prompt", "? ", "password", 0));
+        if (zmq_poll(&item, 1, 30000) == 1 && (n = recv_multipart(stdin_sock, frames, 32)) > 0) {
+                for (int i = 0; i < n; i++) {
+                        parts[i] = zmq_msg_data(&frames[i]);
+                        lens[i] = zmq_msg_size(&frames[i]);
+                        if (lens[i] == strlen(JUPYTER_DELIM) && memcmp(parts[i], JUPYTER_DELIM, lens[i]) == 0)
+                                first = i;
+                }
+                if (jupyter_msg_parse(parts + first, lens + first, (size_t) (n - first), key, &rep) >= 0) {
+                        snprintf(text, sizeof text, "input: %s.\n",
+                                 json_string_value(json_object_get(rep.content, "value")) ?: "(none)");
+                        jupyter_msg_done(&rep);
+                }
+                for (int i = 0; i < n; i++)
+                        zmq_msg_close(&frames[i]);
+        }
+        reply(iopub, NULL, 0, req, "stream", json_pack("{s:s, s:s}", "name", "stdout", "text", text));
+}
+
 /* Handles one request on a ROUTER (shell or control). Returns 1 on shutdown. */
 static int handle(void *sock, void *iopub, int *count) {
         zmq_msg_t frames[32];
@@ -135,6 +168,8 @@ static int handle(void *sock, void *iopub, int *count) {
                                 return 0;
                         } else {
                                 ++*count;
+                                if (streq(code, "input"))
+                                        ask_input(frames, ids, &req, iopub);
                                 reply(sock, frames, ids, &req, "execute_reply",
                                       json_pack("{s:s, s:i, s:{}, s:[]}", "status", "ok", "execution_count", *count,
                                                 "user_expressions", "payload"));
@@ -233,6 +268,7 @@ int main(int argc, char *argv[]) {
                         return 1;
                 }
         }
+        stdin_sock = socks[CHANNEL_STDIN];
         signal(SIGINT, SIG_IGN); /* an interrupt with nothing running, as ipykernel when idle */
         struct sigaction sa = { .sa_handler = on_hb_signal };
         sigaction(SIGUSR1, &sa, NULL);

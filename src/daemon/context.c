@@ -335,6 +335,12 @@ static void conn_on_dropped(KernelConn *conn, Channel channel, void *userdata) {
         exec_queue_on_dropped(c->exec, channel, c->max_message);
 }
 
+static void conn_on_input_request(KernelConn *conn, const JupyterMsg *msg, void *userdata) {
+        Context *c = userdata;
+
+        exec_queue_on_input_request(c->exec, msg);
+}
+
 /* An iopub message that could not be read: a cell's may be among them. */
 static void conn_on_unreadable(KernelConn *conn, Channel channel, void *userdata) {
         if (channel == CHANNEL_IOPUB)
@@ -347,6 +353,7 @@ const KernelConnCallbacks context_conn_callbacks = {
         .on_iopub = conn_on_iopub,
         .on_hb = conn_on_hb,
         .on_dropped = conn_on_dropped,
+        .on_input_request = conn_on_input_request,
 };
 
 /* ---- Cells ---- */

@@ -678,6 +678,13 @@ void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg) {
         queue_advance(q);
 }
 
+void exec_queue_on_input_request(ExecQueue *q, const JupyterMsg *msg) {
+        if (!q || !msg || !run_taken(q) || !q->run.cell || !streq(jupyter_msg_parent_id(msg), q->run.msg_id))
+                return;
+        touch(q);
+        cell_note(q->run.cell, EXEC_NO_INPUT_NOTE);
+}
+
 void exec_queue_on_dropped(ExecQueue *q, Channel channel, size_t max_message) {
         if (!q || !q->conn || (channel != CHANNEL_IOPUB && channel != CHANNEL_SHELL))
                 return;

@@ -225,6 +225,12 @@ bool exec_queue_interrupt(ExecQueue *q);
  * picks its own by parent msg_id). */
 void exec_queue_on_reply(ExecQueue *q, Channel channel, const JupyterMsg *msg);
 void exec_queue_on_iopub(ExecQueue *q, const JupyterMsg *msg);
+/* The text of the stderr output a cell gets for each input_request of its code (KernelConnCallbacks'
+ * on_input_request: the request was answered with an empty value). */
+#define EXEC_NO_INPUT_NOTE "[kernelsup: input() is not available: cells run without stdin]\n"
+/* The kernel asked for input (KernelConnCallbacks.on_input_request): the running cell whose request it is gets
+ * the note EXEC_NO_INPUT_NOTE, once for each time. */
+void exec_queue_on_input_request(ExecQueue *q, const JupyterMsg *msg);
 /* The connection of channel was dropped (KernelConnCallbacks.on_dropped;
  * max_message: its bound). For iopub, once the kernel is heard from again
  * (a kernel that died drops every connection and gets no marker), the

@@ -333,12 +333,12 @@ int jupyter_msg_parse(const void *const *frames, const size_t *lens, size_t n, c
 
 /* ---- KernelConn. ---- */
 
-/* The kernel's sockets we connect to, in the order of KernelConn.link[]. stdin is not connected: we never allow
- * input requests. */
+/* The kernel's sockets we connect to, in the order of KernelConn.link[]. */
 enum {
         SOCK_SHELL,
         SOCK_CONTROL,
         SOCK_IOPUB,
+        SOCK_STDIN,
         SOCK_HB,
         _SOCK_MAX,
 };
@@ -347,10 +347,15 @@ static const struct {
         Channel channel;
         const char *type; /* our ZMTP Socket-Type */
         ZmtpKeep keep;
+        bool identity; /* the connection's routing identity is our session id */
 } sock_table[_SOCK_MAX] = {
-        [SOCK_SHELL] = { CHANNEL_SHELL, "DEALER", ZMTP_KEEP_JUPYTER },
+        /* A kernel asks for input on its stdin ROUTER with the routing identity of the shell request's sender
+         * (ipykernel, IRkernel): shell and stdin share one, or the ROUTER drops the request unseen and the kernel
+         * waits for its reply forever (IRkernel does so whatever allow_stdin says). */
+        [SOCK_SHELL] = { CHANNEL_SHELL, "DEALER", ZMTP_KEEP_JUPYTER, true },
         [SOCK_CONTROL] = { CHANNEL_CONTROL, "DEALER", ZMTP_KEEP_JUPYTER },
         [SOCK_IOPUB] = { CHANNEL_IOPUB, "SUB", ZMTP_KEEP_JUPYTER },
+        [SOCK_STDIN] = { CHANNEL_STDIN, "DEALER", ZMTP_KEEP_JUPYTER, true },
         /* The kernel's hb echoes what it gets: ipykernel's is a ROUTER echo, IRkernel's and tslab's a REP. A
          * REQ that missed a reply is stuck in its state machine; a DEALER never is, and echoes are matched by
          * payload. A DEALER must then send the empty delimiter frame a REQ would: a REP drops a message
@@ -558,7 +563,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 static void on_connected(uv_connect_t *req, int status) {
         Link *l = req->data;
         size_t idx = link_index(l);
-        uint8_t hello[ZMTP_GREETING_SIZE + 64];
+        uint8_t hello[ZMTP_GREETING_SIZE + 128]; /* READY: its type and our 36-byte identity */
         int r;
 
         if (status == UV_ECANCELED || l->c->closing)
@@ -566,7 +571,8 @@ static void on_connected(uv_connect_t *req, int status) {
         if (status < 0)
                 return link_close(l);
         zmtp_greeting(hello);
-        r = zmtp_ready(sock_table[idx].type, hello + ZMTP_GREETING_SIZE, sizeof hello - ZMTP_GREETING_SIZE);
+        r = zmtp_ready(sock_table[idx].type, sock_table[idx].identity ? l->c->session : NULL,
+                       hello + ZMTP_GREETING_SIZE, sizeof hello - ZMTP_GREETING_SIZE);
         if (r < 0)
                 return link_close(l);
         zmtp_reader_reset(&l->reader);
@@ -644,6 +650,19 @@ static int conn_dispatch_hb(KernelConn *c, const void *const *frames, const size
         return 0;
 }
 
+static int conn_send_msg(KernelConn *c, Link *l, const char *msg_type, const json_t *parent, json_t *content,
+                         char ret_msg_id[37]);
+
+/* An input_request: answered at once with an empty value (cells run without stdin), then told. */
+static void conn_on_stdin(KernelConn *c, const JupyterMsg *msg) {
+        if (!streq(jupyter_msg_type(msg), "input_request"))
+                return;
+        (void) conn_send_msg(c, &c->link[SOCK_STDIN], "input_reply", msg->header, json_pack("{s:s}", "value", ""),
+                             NULL);
+        if (c->cb.on_input_request)
+                c->cb.on_input_request(c, msg, c->userdata);
+}
+
 static int link_on_message(void *userdata, const void *const *frames, const size_t *lens, size_t n, size_t n_total) {
         Link *l = userdata;
         KernelConn *c = l->c;
@@ -661,7 +680,9 @@ static int link_on_message(void *userdata, const void *const *frames, const size
                         c->cb.on_unreadable(c, sock_table[idx].channel, c->userdata);
                 return link_go_on(l);
         }
-        if (idx == SOCK_IOPUB) {
+        if (idx == SOCK_STDIN)
+                conn_on_stdin(c, &msg);
+        else if (idx == SOCK_IOPUB) {
                 if (c->cb.on_iopub)
                         c->cb.on_iopub(c, &msg, c->userdata);
         } else if (c->cb.on_reply)
@@ -809,12 +830,32 @@ static int link_send(Link *l, const void *const *parts, const size_t *lens, size
         return 0;
 }
 
-int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
-        json_auto_t *owned = content;
+/* A message of msg_type on l, with parent (borrowed; NULL: none) and content (stolen). */
+static int conn_send_msg(KernelConn *c, Link *l, const char *msg_type, const json_t *parent, json_t *content,
+                         char ret_msg_id[37]) {
         _cleanup_(jupyter_frames_donep) JupyterFrames f = {};
         JupyterMsg m;
-        Link *l;
         int r;
+
+        r = jupyter_msg_new(msg_type, c->session, content, &m);
+        if (r < 0)
+                return r;
+        if (parent) {
+                json_decref(m.parent_header);
+                m.parent_header = json_incref((json_t *) parent);
+        }
+        r = jupyter_msg_serialize(&m, c->key, &f);
+        if (r >= 0 && ret_msg_id)
+                snprintf(ret_msg_id, 37, "%s", jupyter_msg_id(&m));
+        jupyter_msg_done(&m);
+        if (r < 0)
+                return r;
+        return link_send(l, (const void *const *) f.part, f.len, ELEMENTSOF(f.part));
+}
+
+int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_t *content, char ret_msg_id[37]) {
+        json_auto_t *owned = content;
+        Link *l;
 
         if (!c || !msg_type)
                 return -EINVAL;
@@ -826,17 +867,7 @@ int kernel_conn_send(KernelConn *c, Channel channel, const char *msg_type, json_
                 l = &c->link[SOCK_CONTROL];
         else
                 return -EINVAL;
-
-        r = jupyter_msg_new(msg_type, c->session, TAKE_PTR(owned), &m);
-        if (r < 0)
-                return r;
-        r = jupyter_msg_serialize(&m, c->key, &f);
-        if (r >= 0 && ret_msg_id)
-                snprintf(ret_msg_id, 37, "%s", jupyter_msg_id(&m));
-        jupyter_msg_done(&m);
-        if (r < 0)
-                return r;
-        return link_send(l, (const void *const *) f.part, f.len, ELEMENTSOF(f.part));
+        return conn_send_msg(c, l, msg_type, NULL, TAKE_PTR(owned), ret_msg_id);
 }
 
 int kernel_conn_ping(KernelConn *c) {

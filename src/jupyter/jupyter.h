@@ -1,7 +1,7 @@
 /* The Jupyter wire protocol (messaging spec 5.3), in two layers:
  *  - pure: build, sign (HMAC-SHA256), serialise, parse and verify messages;
- *  - KernelConn: ZMTP 3.0 (zmtp.h) over libuv streams to the kernel's libzmq, as DEALER to shell and control,
- *    SUB to iopub and DEALER to the heartbeat. Not libzmq: it hands over a message only whole, buffers and all,
+ *  - KernelConn: ZMTP 3.0 (zmtp.h) over libuv streams to the kernel's libzmq, as DEALER to shell, control and
+ *    stdin, SUB to iopub and DEALER to the heartbeat. Not libzmq: it hands over a message only whole, buffers and all,
  *    so a kernel could make us hold any amount; our reader skips what it does not keep as it streams past. */
 #pragma once
 
@@ -86,6 +86,11 @@ typedef struct KernelConnCallbacks {
          * iopub meanwhile is lost, and so are the replies to requests sent on shell or control before). May be NULL.
          */
         void (*on_dropped)(KernelConn *c, Channel channel, void *userdata);
+        /* The kernel asked for input (an input_request on stdin, msg borrowed for the call; its parent is the
+         * shell request whose code asked). It was answered already, with an empty value: cells run without stdin,
+         * and a kernel that asks although the request said allow_stdin false (IRkernel's readline) would wait for
+         * the answer forever. May be NULL. */
+        void (*on_input_request)(KernelConn *c, const JupyterMsg *msg, void *userdata);
         /* A message on channel failed verification or could not be parsed (its header, its signature) and was
          * dropped (and counted). May be NULL. */
         void (*on_unreadable)(KernelConn *c, Channel channel, void *userdata);

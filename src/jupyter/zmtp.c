@@ -41,24 +41,37 @@ size_t zmtp_header(uint8_t flags, uint64_t size, uint8_t ret[ZMTP_HEADER_MAX]) {
         return ZMTP_HEADER_MAX;
 }
 
-int zmtp_ready(const char *socket_type, uint8_t *ret, size_t size) {
-        static const char name[] = "\5READY", prop[] = "\13Socket-Type";
-        size_t type_len = strlen(socket_type);
-        size_t body = sizeof name - 1 + sizeof prop - 1 + 4 + type_len, h, o;
+/* Appends the property name = value (ZMTP 3.0: a name of one length byte, a value of four) at ret + *o. */
+static void ready_property(const char *name, const char *value, uint8_t *ret, size_t *o) {
+        size_t name_len = strlen(name), value_len = strlen(value);
+
+        ret[(*o)++] = (uint8_t) name_len;
+        memcpy(ret + *o, name, name_len);
+        *o += name_len;
+        ret[(*o)++] = 0, ret[(*o)++] = 0, ret[(*o)++] = 0, ret[(*o)++] = (uint8_t) value_len;
+        memcpy(ret + *o, value, value_len);
+        *o += value_len;
+}
+
+int zmtp_ready(const char *socket_type, const char *identity, uint8_t *ret, size_t size) {
+        static const char name[] = "\5READY";
+        size_t type_len = strlen(socket_type), id_len = identity ? strlen(identity) : 0;
+        size_t body = sizeof name - 1 + 1 + strlen("Socket-Type") + 4 + type_len, h, o;
         uint8_t hdr[ZMTP_HEADER_MAX];
 
+        if (identity)
+                body += 1 + strlen("Identity") + 4 + id_len;
         h = zmtp_header(ZMTP_FLAG_COMMAND, body, hdr);
-        if (type_len > UINT8_MAX || h + body > size)
+        if (type_len > UINT8_MAX || id_len > UINT8_MAX || h + body > size)
                 return -ENOBUFS;
         memcpy(ret, hdr, h);
         o = h;
         memcpy(ret + o, name, sizeof name - 1);
         o += sizeof name - 1;
-        memcpy(ret + o, prop, sizeof prop - 1);
-        o += sizeof prop - 1;
-        ret[o++] = 0, ret[o++] = 0, ret[o++] = 0, ret[o++] = (uint8_t) type_len;
-        memcpy(ret + o, socket_type, type_len);
-        return (int) (o + type_len);
+        ready_property("Socket-Type", socket_type, ret, &o);
+        if (identity)
+                ready_property("Identity", identity, ret, &o);
+        return (int) o;
 }
 
 static void kept_free(ZmtpReader *r) {

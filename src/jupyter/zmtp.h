@@ -29,9 +29,10 @@ void zmtp_greeting(uint8_t ret[ZMTP_GREETING_SIZE]);
 int zmtp_greeting_check(const uint8_t g[ZMTP_GREETING_SIZE]);
 /* Writes the header of a frame of size bytes into ret; returns its length (2 or 9). */
 size_t zmtp_header(uint8_t flags, uint64_t size, uint8_t ret[ZMTP_HEADER_MAX]);
-/* The READY command, whole (header and body), for a socket of type socket_type ("DEALER", "SUB"), into ret of
- * size bytes; returns its length, or -ENOBUFS. */
-int zmtp_ready(const char *socket_type, uint8_t *ret, size_t size);
+/* The READY command, whole (header and body), for a socket of type socket_type ("DEALER", "SUB") with the routing
+ * identity (at most 255 bytes, not starting with a NUL, which libzmq keeps for its own; NULL: none, the peer's
+ * ROUTER makes one up), into ret of size bytes; returns its length, or -ENOBUFS. */
+int zmtp_ready(const char *socket_type, const char *identity, uint8_t *ret, size_t size);
 
 /* What the reader keeps of each message. */
 typedef enum ZmtpKeep {

@@ -1,6 +1,6 @@
 """The cost of a context, where it is a promise (issue 31; the figures are bench/context-scale.py's):
 a stopped context holds no descriptor (20 contexts started, ready, then stopped leave the daemon with
-exactly the descriptors it had before they started), a ready one a bounded few (the kernel's four
+exactly the descriptors it had before they started), a ready one a bounded few (the kernel's five
 connections, its output pipe, its pidfd and little more), and the daemon runs one thread (it speaks
 ZMTP to its kernels itself: no libzmq threads). After a cell's 200 MB print flood the memory the daemon
 took for it is given back (VmRSS within 8 MiB of before), and a second flood takes no more."""
@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 N = 20
-FDS_PER_READY_MAX = 10  # measured 8: four streams, the output pipe, a pidfd, the journal's and a timer's
+FDS_PER_READY_MAX = 10  # measured 9: five streams, the output pipe, a pidfd, the journal's and a timer's
 FLOOD = "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 1000000)\n"
 
 

@@ -4,7 +4,9 @@ resumed from the number after the last one seen, gives exactly one full read; th
 of a running and of a queued cell, a client that goes away without keep (its cell interrupted, as
 before) and one killed with keep (the cell runs on, attach gets all), expiry by count
 (executions_keep) and by time (executions_ttl), outputs dropped by executions_memory, and
-another uid gets "no such execution" as for a missing id; hostile params."""
+another uid gets "no such execution" as for a missing id; hostile params. A stub kernel that asks for input
+on stdin whatever allow_stdin says (as IRkernel's readline() does) gets an empty value at once, and its cell
+one note that input is not available."""
 
 import json
 import os
@@ -26,7 +28,9 @@ TICKER = ("import time\n"
           "    print(i, flush=True)\n"
           "    time.sleep(0.1)\n")
 SPIN = "print('spinning', flush=True)\nwhile True: pass"
-CONTEXTS = "[context:default]\n[context:few]\nexecutions_keep = 2\n[context:brief]\nexecutions_ttl = 1s\n"
+CONTEXTS = ("[context:default]\n[context:few]\nexecutions_keep = 2\n[context:brief]\nexecutions_ttl = 1s\n"
+            f"[context:stub]\nargv = {harness.STUB_ARGV}\n")
+NO_INPUT = "[kernelsup: input() is not available: cells run without stdin]"
 
 
 def popen_ctl(d, *args):
@@ -284,6 +288,24 @@ def test_lost(tap, d):
            "lost: attach gives its output, exit 1, the new kernel and how the old one died", repr((r.stdout, r.stderr)))
 
 
+def test_input(tap, d):
+    # The stub's "input" cell sends an input_request on stdin to the shell request's routing identity and waits
+    # (30 s at most) for the reply: the daemon's stdin connection shares its shell connection's identity, answers
+    # "" at once, and tells the cell.
+    r = d.ctl("exec", "--json", "stub", "input", timeout=120)
+    try:
+        outs = [(o.get("name"), o.get("text")) for o in json.loads(r.stdout)["outputs"]]
+    except (ValueError, KeyError, TypeError):
+        outs = None
+    tap.ok(r.returncode == 0 and outs and ("stdout", "input: .\n") in outs,
+           "input: the kernel's input_request got an empty value", repr((r.returncode, r.stdout, r.stderr)))
+    tap.eq(outs and outs[:1], [("stderr", NO_INPUT + "\n")], "input: the cell's first output is the one note that "
+           "input is not available (before what the code printed after it)", repr(outs))
+    r = d.ctl("exec", "stub", "1", timeout=60)
+    tap.ok(r.returncode == 0 and NO_INPUT not in r.stdout, "input: a cell that asks for none has no note",
+           repr((r.returncode, r.stdout)))
+
+
 def test_hostile(tap, d, exec_id):
     rep = d.rpc("attach", {"id": exec_id, "from": -1})
     tap.ok(harness.is_rpc_error(rep, -32602), "attach from -1: invalid params", repr(rep))
@@ -341,7 +363,7 @@ def test_hostile(tap, d, exec_id):
 def test(tap):
     d = harness.Daemon(tap, contexts=CONTEXTS, supervisor="executions_memory = 512K\n")
     d.start()
-    for c in ("default", "few", "brief"):
+    for c in ("default", "few", "brief", "stub"):
         d.wait_state(c, "ready")
     exec_id = None
     with tap.guard("pieces"):
@@ -354,6 +376,8 @@ def test(tap):
         test_keep_killed(tap, d)
     with tap.guard("lost"):
         test_lost(tap, d)
+    with tap.guard("input"):
+        test_input(tap, d)
     with tap.guard("bounds"):
         test_bounds(tap, d)
     if exec_id:

@@ -1,7 +1,9 @@
 """Real kernels under the daemon, each named by its kernelspec (kernel = NAME): ipykernel (python3), xeus-python
 (xpython), IRkernel (ir) and tslab's JavaScript (jslab) and TypeScript (tslab) kernels. For each: ready, a minute
 idle without unresponsive or a missed heartbeat (all kernels at once), a cell with stdout and a result, an error,
-an interrupt that keeps the namespace, --timeout, check --expect 0 and 8 around a restart.
+an interrupt that keeps the namespace, --timeout, check --expect 0 and 8 around a restart. input() (readline() in
+R) ends at once rather than waiting for stdin until the cell's timeout: ipykernel and xeus-python raise (the
+request says allow_stdin false), IRkernel asks all the same and gets an empty value, and the cell a note.
 
 ./run-tests installs the kernels (ks_install_kernels in tools/deps.sh) into $KS_KERNEL_CACHE and writes
 NAME.status there: a kernel that could not be installed is a skip saying why. The matrix is heavy: it runs in the
@@ -25,6 +27,7 @@ JUPYTER_PATH = f"{TSLAB_JUPYTER}:{IJS_JUPYTER}"
 AUTO_TCP = "auto: a kernel not known to bind Unix sockets; tcp is what every Jupyter kernel supports"
 IDLE_SECONDS = int(os.environ.get("KS_KERNELS_IDLE_SECONDS", "65"))  # shorter only while developing the test
 # KS_KERNELS=jslab,tslab runs only those of the matrix (to run one part again and again); the others are skips.
+NO_INPUT = "[kernelsup: input() is not available: cells run without stdin]"
 SELECTED = [n for n in os.environ.get("KS_KERNELS", "").replace(",", " ").split() if n]
 
 # Per kernel: the code of each step in its language, and the transport that transport = auto (no setting: every
@@ -33,18 +36,21 @@ KERNELS = {
     "python3": dict(
         transport=("ipc", "auto: ipykernel binds Unix sockets"), language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
         set="kept = 41 + 1", get="print(kept)", sleep="import time; time.sleep(60)",
-        started='print("started", flush=True)\nimport time; time.sleep(60)'),
+        started='print("started", flush=True)\nimport time; time.sleep(60)',
+        input='x = input("? "); print("got[" + x + "]")', input_ends=(7, "StdinNotImplementedError")),
     # xeus-python cannot bind ipc endpoints (libzmq: Invalid argument), and tslab makes them "ipc://PATH:PORT"
     # (jupyter_client's are PATH-PORT, so no client finds them): auto puts those on tcp.
     "xpython": dict(
         transport=("tcp", "auto: xeus-python aborts on an ipc endpoint"), language="python", stdout='print("hello"); 6 * 7', result="42", error="1/0", error_text="ZeroDivisionError",
         set="kept = 41 + 1", get="print(kept)", sleep="import time; time.sleep(60)",
-        started='print("started", flush=True)\nimport time; time.sleep(60)'),
+        started='print("started", flush=True)\nimport time; time.sleep(60)',
+        input='x = input("? "); print("got[" + x + "]")', input_ends=(7, "")),
     # IRkernel's result comes as text/markdown "42" beside text/plain "[1] 42": the text shows the markdown.
     "ir": dict(
         transport=("ipc", "auto: IRkernel binds Unix sockets"), language="R", stdout='cat("hello\\n"); 6 * 7', result="42", error='stop("boom")', error_text="boom",
         set="kept <- 41 + 1", get="cat(kept, '\\n')", sleep="Sys.sleep(60)", interrupted=(10, "[aborted]"),
-        started='cat("started\\n")\nSys.sleep(60)'),
+        started='cat("started\\n")\nSys.sleep(60)',
+        input='x <- readline("? "); cat("got[", x, "]\\n", sep="")', input_ends=(0, "got[]"), input_note=True),
     "jslab": dict(
         transport=("tcp", "auto: tslab writes ipc endpoints that no client finds"), language="javascript", stdout='console.log("hello"); 6 * 7', result="42", error='throw new Error("boom")',
         error_text="boom", set="var kept = 41 + 1", get="console.log(kept)",
@@ -124,6 +130,9 @@ def steps(d, name, k, res):
     res.ok(k["error_text"] in r.stdout + r.stderr, f"the error names {k['error_text']}", f"{r.stdout!r} {r.stderr!r}")
     res.ok(re.search(r"^\[error( #\d+)?\]$", r.stdout, re.M), "it ends [error ...]", r.stdout)
 
+    if "input" in k:
+        read_input(d, name, k, res)
+
     r = ctl(d, "exec", name, k["set"])
     res.ok(r.returncode == 0, "a variable is set", f"{r.stdout!r} {r.stderr!r}")
     pid, kid0 = d.context(name)["pid"], d.context(name)["kernel_id"]
@@ -170,6 +179,19 @@ def steps(d, name, k, res):
     res.ok(r.returncode == 0 and "42" in r.stdout, "the namespace survived the timeout", f"{r.stdout!r} {r.stderr!r}")
 
     check_and_restart(d, name, k, res)
+
+
+def read_input(d, name, k, res):
+    """input() ends long before the cell's timeout (exit 6 would be a cell that waited for stdin until then)."""
+    code, text = k["input_ends"]
+    r = ctl(d, "exec", "--timeout", "100", name, k["input"], timeout=150)
+    out = r.stdout + r.stderr
+    res.ok(r.returncode == code and text in out, f"input(): the cell ends at once, exit {code}" +
+           (f", {text}" if text else ""), f"{r.returncode} {r.stdout!r} {r.stderr!r}")
+    if k.get("input_note"):
+        res.ok(r.stderr.count(NO_INPUT) == 1, "input(): the cell says once that input is not available",
+               f"{r.stdout!r} {r.stderr!r}")
+    d.wait_state(name, "ready", timeout=30)
 
 
 def interrupt_resets(d, name, k, res, kid0, code, out, err):

@@ -142,11 +142,18 @@ static void test_encoding(void) {
         is_int(zmtp_header(0, 256, h), 9, "header: 256 bytes is long");
         ok(h[0] == ZMTP_FLAG_LONG && h[7] == 1 && h[8] == 0, "header: long size in network order");
 
-        n = zmtp_ready("DEALER", ready, sizeof ready);
+        n = zmtp_ready("DEALER", NULL, ready, sizeof ready);
         is_int(n, 2 + 6 + 12 + 4 + 6, "READY: header, name, one property");
         ok(n > 0 && ready[0] == ZMTP_FLAG_COMMAND && memcmp(ready + 2, "\5READY\13Socket-Type\0\0\0\6DEALER", 28) == 0,
            "READY: Socket-Type DEALER");
-        is_int(zmtp_ready("DEALER", ready, 10), -ENOBUFS, "READY: too small a buffer");
+        is_int(zmtp_ready("DEALER", NULL, ready, 10), -ENOBUFS, "READY: too small a buffer");
+        /* The shell and stdin connections share one routing identity, so that the kernel's stdin ROUTER reaches
+         * the client of the shell request it asks input for. */
+        n = zmtp_ready("DEALER", "abc", ready, sizeof ready);
+        is_int(n, 2 + 6 + 12 + 4 + 6 + 9 + 4 + 3, "READY with an identity: two properties");
+        ok(n > 0 && ready[1] == n - 2 &&
+                   memcmp(ready + 8, "\13Socket-Type\0\0\0\6DEALER\10Identity\0\0\0\3abc", 35) == 0,
+           "READY: Socket-Type DEALER, then Identity abc");
 }
 
 static void test_reader(void) {
@@ -157,7 +164,7 @@ static void test_reader(void) {
 
         /* Idents skipped, delimiter and five kept, buffers skipped; a command seen. */
         put_greeting(&st);
-        n = zmtp_ready("ROUTER", ready, sizeof ready);
+        n = zmtp_ready("ROUTER", NULL, ready, sizeof ready);
         put(&st, ready, (size_t) n);
         put_jupyter(&st, 3, 4, 1000);
         is_int(feed_both(&st, ZMTP_KEEP_JUPYTER, 0, &a, &b), 0, "jupyter: read");
