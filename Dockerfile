@@ -10,7 +10,7 @@ FROM debian:12 AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc libc6-dev make autoconf automake libtool pkg-config \
-      libuv1-dev libsystemd-dev libjansson-dev libinih-dev libzmq3-dev libssl-dev \
+      libuv1-dev libsystemd-dev libjansson-dev libinih-dev libzmq3-dev libssl-dev libmicrohttpd-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -22,10 +22,11 @@ RUN autoreconf -fi \
 FROM debian:12
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libuv1 libsystemd0 libjansson4 libinih1 libssl3 python3-ipykernel \
+      libuv1 libsystemd0 libjansson4 libinih1 libssl3 libmicrohttpd12 python3-ipykernel \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/sbin/kernelsupd /usr/sbin/kernelsupd
 COPY --from=build /out/usr/bin/kernelctl /usr/bin/kernelctl
+COPY --from=build /out/usr/bin/kernelsup-http /usr/bin/kernelsup-http
 COPY --from=build /out/etc/kernelsup /etc/kernelsup
 COPY --from=build /out/usr/share/kernelsup /usr/share/kernelsup
 COPY --from=build /out/usr/share/man /usr/share/man
