@@ -114,3 +114,26 @@ ks_install_ijavascript() {
         fi
         echo "$status" >"$cache/ijavascript.status"
 }
+
+# The stock Node clients the HTTP front end's tests drive (tests/integration/test-http-e2b.py: E2B's
+# @e2b/code-interpreter, unchanged, and the core SDK `e2b` it needs, pinned too: its debug mode and the URLs it builds
+# are the core's), exact versions, npm-installed into $1/node-clients; the outcome goes to
+# $1/node-clients.status, "ok" or "skip: WHY", which those tests read: a client that cannot be installed is a
+# skip, never a failure. The driver scripts require() them from $1/node-clients/node_modules.
+KS_NODE_CLIENTS="@e2b/code-interpreter@2.8.0 e2b@2.51.0"
+ks_install_node_clients() {
+        local cache=$1 dir="$1/node-clients" log="$1/node-clients.log" spec status=ok
+        mkdir -p "$dir" || return 1
+        : >"$log"
+        for spec in $KS_NODE_CLIENTS; do
+                grep -q "\"version\": \"${spec##*@}\"" "$dir/node_modules/${spec%@*}/package.json" 2>/dev/null || status=
+        done
+        if [ -z "$status" ]; then
+                status="skip: $KS_NODE_CLIENTS could not be installed from npm (see $log)"
+                if { command -v npm >/dev/null || ks_install_missing nodejs npm >>"$log" 2>&1; } &&
+                        npm install --prefix "$dir" --no-audit --no-fund --save-exact $KS_NODE_CLIENTS >>"$log" 2>&1; then
+                        status=ok
+                fi
+        fi
+        echo "$status" >"$cache/node-clients.status"
+}
