@@ -30,5 +30,6 @@ COPY --from=build /out/usr/bin/kernelsup-http /usr/bin/kernelsup-http
 COPY --from=build /out/etc/kernelsup /etc/kernelsup
 COPY --from=build /out/usr/share/kernelsup /usr/share/kernelsup
 COPY --from=build /out/usr/share/man /usr/share/man
+COPY --from=build /out/usr/lib/sysusers.d /usr/lib/sysusers.d
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/sbin/kernelsupd", "--config", "/etc/kernelsup/kernelsup.ini"]
