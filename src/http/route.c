@@ -4,16 +4,7 @@
 #include <string.h>
 
 #include "route.h"
-
-static int hex_value(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
+#include "util.h"
 
 size_t route_unescape(char *s) {
         char *w = s;
@@ -21,7 +12,7 @@ size_t route_unescape(char *s) {
         for (const char *p = s; *p; p++) {
                 int hi, lo, v;
 
-                if (p[0] == '%' && (hi = hex_value(p[1])) >= 0 && (lo = hex_value(p[2])) >= 0) {
+                if (p[0] == '%' && (hi = hex_digit_value(p[1])) >= 0 && (lo = hex_digit_value(p[2])) >= 0) {
                         v = hi * 16 + lo;
                         if (v != 0 && v != '/') {
                                 *w++ = (char) v;

@@ -276,7 +276,7 @@ void hex_encode(const void *p, size_t n, char *out) {
         out[2 * n] = '\0';
 }
 
-static int unhex(char c) {
+int hex_digit_value(char c) {
         if (c >= '0' && c <= '9')
                 return c - '0';
         if (c >= 'a' && c <= 'f')
@@ -292,7 +292,7 @@ int hex_decode(const char *s, void *out, size_t n) {
         if (strlen(s) != 2 * n)
                 return -EINVAL;
         for (size_t i = 0; i < n; i++) {
-                int hi = unhex(s[2 * i]), lo = unhex(s[2 * i + 1]);
+                int hi = hex_digit_value(s[2 * i]), lo = hex_digit_value(s[2 * i + 1]);
                 if (hi < 0 || lo < 0)
                         return -EINVAL;
                 b[i] = (uint8_t) (hi << 4 | lo);

@@ -53,6 +53,8 @@ int str_index_put(StrIndex *m, const char *key, size_t value, size_t *ret_value)
 void str_index_done(StrIndex *m);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void hex_encode(const void *p, size_t n, char *out);
+/* The value of one hex digit (either case), or -1. */
+int hex_digit_value(char c);
 /* Decodes exactly n bytes from 2n hex digits; -EINVAL otherwise. */
 int hex_decode(const char *s, void *out, size_t n);
 /* A random (version 4) UUID, 36 characters and a NUL. */
