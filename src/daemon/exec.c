@@ -177,6 +177,7 @@ static void run_probe(ExecQueue *q) {
 }
 
 static void run_finish(ExecQueue *q);
+static void resend_cb(uv_timer_t *t);
 
 /* Ends the running request once the kernel is known to be done with it
  * (see exec.h), or arms the timer that finds out. */
@@ -282,12 +283,19 @@ static void auto_interrupt(ExecQueue *q) {
  * the kernel gets to it, and should it start all the same, it is
  * interrupted then (run_mark_started). */
 static void run_withdraw(ExecQueue *q) {
-        json_t *content = json_pack("{s:[s]}", "msg_ids", q->run.msg_id);
+        json_t *content;
 
         q->run.cell = NULL;
         q->run.in_grace = false;
         q->run.withdrawn = true;
         (void) uv_timer_stop(&q->timer);
+        /* The kernel aborted it and it waits to be sent again: no kernel holds it, and no message of the
+         * kernel's will ever free the slot; resend_cb does, on the loop, after the caller's answer. */
+        if (streq(q->run.msg_id, RESEND_PENDING)) {
+                (void) uv_timer_start(&q->resend, resend_cb, 0, 0);
+                return;
+        }
+        content = json_pack("{s:[s]}", "msg_ids", q->run.msg_id);
         if (content)
                 (void) queue_send(q, CHANNEL_CONTROL, "abort_request", content, NULL);
 }
@@ -334,9 +342,14 @@ static void timer_cb(uv_timer_t *t) {
         if (!q->run.started) {
                 const char *silent =
                         kernel_unresponsive(q, "; the cell was withdrawn and will not run", why, sizeof why);
+                bool resend = streq(q->run.msg_id, RESEND_PENDING);
+
                 run_withdraw(q);
                 answer_not_started(q, cell,
-                                   silent ? silent
+                                   silent   ? silent
+                                   : resend ? "the kernel aborted it unrun each time it was sent (a kernel aborts "
+                                              "the cells sent just after one that raised); the cell was withdrawn "
+                                              "and will not run"
                                    : kernel_busy_other(q)
                                            ? "another client's request reached the kernel first and was "
                                              "still running; the cell was withdrawn and will not run"
@@ -439,8 +452,11 @@ static void resend_cb(uv_timer_t *t) {
         ExecCell *cell = q->run.cell;
         char id[37];
 
-        if (!cell || !streq(q->run.msg_id, RESEND_PENDING))
+        if (!streq(q->run.msg_id, RESEND_PENDING))
                 return;
+        /* Withdrawn while it waited (run_withdraw): it is in no kernel, and the slot is free now. */
+        if (!cell)
+                return run_finish(q);
         if (q->conn && send_execute(q, cell, id) >= 0) {
                 memcpy(q->run.msg_id, id, sizeof id);
                 return;

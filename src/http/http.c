@@ -141,7 +141,10 @@ void http_answer_upstream(HttpRequest *r, const RpcMessage *m, int error) {
                 status = http_status_of_rpc(m->code, &code);
                 return http_answer_error(r, status, code, "%s", m->message ?: "failed");
         }
-        if (error == -ENOENT || error == -ECONNREFUSED || error == -ECONNRESET || error == -EAGAIN)
+        /* A full listen queue: the daemon is there but has more connections than it has taken yet. */
+        if (error == -EAGAIN)
+                return answer_unavailable(r, "daemon_busy", "kernelsupd has more connections waiting than it queues");
+        if (error == -ENOENT || error == -ECONNREFUSED || error == -ECONNRESET)
                 return answer_unavailable(r, "daemon_unavailable",
                                           error == -ECONNRESET ? "kernelsupd went away before it answered"
                                                                : "kernelsupd is not running or not listening");

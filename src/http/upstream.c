@@ -101,8 +101,13 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 static void on_written(uv_write_t *w, int status) {
         Upstream *u = w->data;
 
-        if (status < 0 && status != UV_ECANCELED)
-                finish(u, NULL, status == UV_EPIPE ? -ECONNRESET : status);
+        if (status >= 0 || status == UV_ECANCELED)
+                return;
+        /* A daemon that refuses a connection (its bounds) writes why and closes, maybe before our request was
+         * written: that line waits to be read, and the read that ends after it tells the rest. */
+        if ((status == UV_EPIPE || status == UV_ECONNRESET) && (u->reading || u->paused))
+                return;
+        finish(u, NULL, status == UV_EPIPE ? -ECONNRESET : status);
 }
 
 static void read_start(Upstream *u) {

@@ -30,6 +30,7 @@ import traceback
 from harness_wait import (  # noqa: F401 - re-exported: tests use harness.X
     SCALE,
     HarnessError,
+    LineReader,
     WaitTimeout,
     scaled,
     wait_until,

@@ -2,6 +2,8 @@
 condition with a deadline, and every timeout is multiplied by $KS_TIMEOUT_SCALE."""
 
 import os
+import queue
+import threading
 import time
 
 SCALE = float(os.environ.get("KS_TIMEOUT_SCALE", "1"))
@@ -47,3 +49,42 @@ def poll_until(pred, timeout, what, check=bool, interval=0.05):
         return wait_until(pred, timeout, what, check=check, interval=interval)
     except WaitTimeout:
         return pred()
+
+
+class LineReader:
+    """The lines a child process writes on its stdout (a text pipe), read by a thread. A select() on the pipe
+    would miss the second of two lines that came in one read: it waits in the file object's buffer."""
+
+    def __init__(self, proc, what):
+        self.proc, self.what = proc, what
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def next(self, timeout):
+        """The next line; raises WaitTimeout after timeout (scaled) seconds, HarnessError once the process ended."""
+        try:
+            line = self.lines.get(timeout=scaled(timeout))
+        except queue.Empty:
+            raise WaitTimeout(f"no line from {self.what}") from None
+        if line is None:
+            self.lines.put(None)
+            raise HarnessError(f"{self.what} ended (exit {self.proc.wait()}): {self.proc.stderr.read()[-2000:]}")
+        return line
+
+    def pending(self):
+        """The lines that came so far, without waiting."""
+        out = []
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return out
+            if line is None:
+                self.lines.put(None)
+                return out
+            out.append(line)

@@ -11,11 +11,8 @@ step the context goes back to ready, and a new client's cell runs at once."""
 
 import json
 import os
-import select
-import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -77,6 +74,7 @@ class Other:
     """The other client, in its own process; its cells may hold {flag}, a file that
     release() creates."""
     n = 0
+    alive = []
 
     def __init__(self, d, *cells):
         conn = d.context("default")["connection_file"]
@@ -86,24 +84,30 @@ class Other:
         self.p = subprocess.Popen([sys.executable, "-c", CLIENT, conn, str(harness.scaled(180)), *cells],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
+        self.lines = harness.LineReader(self.p, "the other client")
+        Other.alive.append(self)
 
     def line(self, timeout=60):
         """Its next JSON line."""
-        deadline = time.monotonic() + harness.scaled(timeout)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise harness.WaitTimeout("no line from the other client")
-            r, _, _ = select.select([self.p.stdout], [], [], left)
-            if r:
-                text = self.p.stdout.readline()
-                if not text:
-                    raise harness.HarnessError(f"the other client exited: {self.p.wait()} {self.p.stderr.read()}")
-                return json.loads(text)
+        return json.loads(self.lines.next(timeout))
 
     def release(self):
         with open(self.flag, "w"):
             pass
+
+    @classmethod
+    def reap(cls):
+        """Ends every other client still there (a point that failed left it waiting):
+        its cell is released, then its process killed, so the next test starts clean."""
+        for o in cls.alive:
+            o.release()
+        for o in cls.alive:
+            try:
+                o.p.wait(timeout=harness.scaled(10))
+            except subprocess.TimeoutExpired:
+                o.p.kill()
+                o.p.wait()
+        cls.alive.clear()
 
     def started(self):
         """Waits until its cell runs (it printed "started"); returns that line."""
@@ -251,16 +255,13 @@ def test(tap):
     d = harness.Daemon(tap, contexts="[context:default]\n")
     d.start()
     d.wait_all_ready(["default"])
-    with tap.guard("status and interrupt"):
-        test_status_and_interrupt(tap, d)
-    with tap.guard("timeout while queued"):
-        test_timeout_queued(tap, d)
-    with tap.guard("killed while waiting"):
-        test_killed_waiting(tap, d)
-    with tap.guard("race"):
-        test_race(tap, d)
-    with tap.guard("own timeout"):
-        test_own_timeout(tap, d)
+    for what, fn in (("status and interrupt", test_status_and_interrupt),
+                     ("timeout while queued", test_timeout_queued),
+                     ("killed while waiting", test_killed_waiting),
+                     ("race", test_race), ("own timeout", test_own_timeout)):
+        with tap.guard(what):
+            fn(tap, d)
+        Other.reap()
     d.stop()
 
 

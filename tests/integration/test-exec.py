@@ -225,6 +225,33 @@ def test_queue(tap, d):
            "two concurrent execs were serialized", repr(r.stdout))
 
 
+def test_timeout_while_resent(tap, d):
+    """A cell the kernel aborted unrun (sent just after one that raised: ipykernel's stop_on_error) waits to be
+    sent again; a timeout then withdraws it, and the context is free again at once (it stayed busy for good)."""
+    r = d.ctl("exec", "default", "get_ipython().kernel.stop_on_error_timeout = 3.0")
+    tap.eq(r.returncode, 0, "the kernel aborts what comes within 3 s of an error", r.stderr)
+    flag = os.path.join(d.tmp, "raise")
+    a = popen_ctl(d, "exec", "default",
+                  f"import os, time\nwhile not os.path.exists({flag!r}): time.sleep(0.01)\nraise ValueError('A')")
+    d.wait_state("default", "busy")
+    b = popen_ctl(d, "--timeout", "1.2", "exec", "default", "resent = 1")
+    harness.poll_until(lambda: d.context("default"), 30, "the second cell to be queued",
+                       check=lambda c: c.get("queued") == 1 or b.poll() is not None)
+    open(flag, "w").close()
+    rc_a, _, err_a = finish(a)
+    rc_b, out_b, err_b = finish(b)
+    tap.eq(rc_a, 7, "the first cell raised: exit 7", err_a)
+    tap.eq((rc_b, last_line(out_b)), (11, "[not started: timeout]"), "the aborted cell at its timeout: not started",
+           out_b + err_b)
+    tap.contains(err_b, "aborted it unrun each time it was sent", "its stderr says the kernel aborted it")
+    c = d.wait_state("default", "ready", timeout=10)
+    tap.eq((c.get("running"), c.get("queued")), (None, 0), "then the context is ready, nothing running")
+    time.sleep(3.2)  # past the kernel's window of aborting
+    r = d.ctl("exec", "default", "get_ipython().kernel.stop_on_error_timeout = 0.0\n'resent' in dir()")
+    tap.eq((r.returncode, r.stdout.split("\n")[0]), (0, "False"), "a later cell runs; the withdrawn one never ran",
+           r.stdout + r.stderr)
+
+
 def test_outputs(tap, d):
     have_mpl = subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"], capture_output=True).returncode == 0
     if have_mpl:
@@ -416,6 +443,8 @@ def test(tap):
         test_timeout_and_interrupt(tap, d)
     with tap.guard("queue"):
         test_queue(tap, d)
+    with tap.guard("timeout while resent"):
+        test_timeout_while_resent(tap, d)
     with tap.guard("outputs"):
         test_outputs(tap, d)
     with tap.guard("errors"):

@@ -18,7 +18,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -170,19 +169,10 @@ class Attacker:
         self.proc = subprocess.Popen(user_drop(user) + [sys.executable, "-c", ATTACKER, *map(str, args)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
+        self.lines = harness.LineReader(self.proc, "the attacking process")
 
     def report(self, timeout):
-        deadline = time.monotonic() + harness.scaled(timeout)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise harness.WaitTimeout("no report from the attacking process")
-            r, _, _ = select.select([self.proc.stdout], [], [], left)
-            if r:
-                line = self.proc.stdout.readline()
-                if not line:
-                    raise harness.HarnessError(f"the attacking process ended: {self.proc.stderr.read()[-2000:]}")
-                return json.loads(line)
+        return json.loads(self.lines.next(timeout))
 
     def say(self, text):
         self.proc.stdin.write(text)

@@ -305,12 +305,20 @@ def check_daemon_busy(tap, front):
         answers[key] = answers.get(key, 0) + 1
     for c in socks:
         c.close()
+    # The server sees the closes, then the daemon its closed connections: served again, soon.
+    harness.poll_until(lambda: front.request("GET", f"/v1/executions/{eid}"), 30, "a request to be served again",
+                       check=lambda r: r.status == 200)
     tap.ok(answers.get("HTTP/1.1 503 Service Unavailable Retry-After daemon_busy", 0) > 0 and
            answers.get("HTTP/1.1 200 OK", 0) > 0 and
            sum(answers.values()) == 270, "270 streams at once: the daemon's bound answers 503 daemon_busy with "
            "Retry-After, the rest stream", repr(answers))
     r = front.request("DELETE", f"/v1/executions/{eid}")
     tap.eq(r.status, 200, "served again once they are closed", repr(r))
+    st = harness.wait_until(lambda: front.request("GET", f"/v1/executions/{eid}").json(), 30,
+                            "the cancelled execution to end", check=lambda v: v.get("state") not in ("queued", "running"))
+    # Not started when the kernel had aborted it unrun (it came just after the interrupted cell above).
+    tap.ok(st.get("state") in ("interrupted", "not_started"), "the cancelled cell was interrupted or withdrawn",
+           repr(st))
 
 
 def check_contexts(tap, front, d):

@@ -135,6 +135,8 @@ def test_history_surrogate(tap, d):
         kc.close()
     tap.eq((res["status"], res["stdout"]), ("ok", f"caf{FFFD}.txt\n"),
            "an outside client's cell with a surrogate: ok, U+FFFD in its output")
+    # The daemon reads iopub in order: once its own cell has ended, the client's cell's idle was read.
+    d.ctl("exec", "r", "pass")
     r = d.ctl("history", "r")
     tap.contains(r.stdout, f"sname = 'caf{FFFD}.txt'", "kernelctl history: the surrogate cell's code with U+FFFD")
 

@@ -18,14 +18,12 @@ import contextlib
 import json
 import os
 import pwd
-import queue
 import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -196,33 +194,16 @@ class Probe:
                                                json.dumps(extra)),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env, cwd="/")
-        self.lines = queue.Queue()
+        self.lines = harness.LineReader(self.proc, "the probe")
         self.messages = []
-        threading.Thread(target=self._read, daemon=True).start()
         self.hello = self.next_line(30)
 
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.put(json.loads(line))
-        self.lines.put(None)
-
     def next_line(self, timeout):
-        try:
-            line = self.lines.get(timeout=harness.scaled(timeout))
-        except queue.Empty:
-            raise harness.WaitTimeout("the probe printed nothing") from None
-        if line is None:
-            raise harness.HarnessError(f"the probe ended: {self.proc.stderr.read()[-2000:]}")
-        return line
+        return json.loads(self.lines.next(timeout))
 
     def drain(self):
         """Every message received so far (list of {"from", "frames"})."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                line = self.lines.get_nowait()
-                if line is None:
-                    break
-                self.messages.append(line)
+        self.messages += [json.loads(line) for line in self.lines.pending()]
         return self.messages
 
     def seen(self, text):
