@@ -134,6 +134,8 @@ typedef struct ReplyContext {
         const char *transport_why;   /* why that transport: auto's reason for the kernel, or set; NULL: left out */
         const char *running;         /* whose cell the kernel runs while busy: "ours" (from exec through the
                                       * daemon) or "other" (another client's); NULL: null */
+        usec_t interrupted_at;       /* our running cell was interrupted then and has not ended; 0: left out */
+        usec_t kill_at;              /* then its kill_after kills the kernel; 0: left out */
         const char *output_chunking; /* "on" or "off" for a running IPython kernel (chunking.h); NULL: null */
         const char *started;         /* how the running kernel was started: "preloaded" or "cold"; NULL: null */
         const char *start_note;      /* why a running kernel was started cold; NULL: null */

@@ -379,6 +379,24 @@ static void exec_hook_interrupt(void *userdata) {
                 (void) kill(-c->pid, SIGINT);
 }
 
+static void context_enter_stopping(Context *c, bool ask);
+
+/* A cell's kill_after: its kernel did not leave it after an interrupt. Killed now, and a new one starts. */
+static void exec_hook_kill(void *userdata, const char *why) {
+        Context *c = userdata;
+
+        if (c->pid <= 0)
+                return;
+        log_warning("%s: kernel %s: %s", c->name, c->st.kernel_id, why);
+        c->want_running = true;
+        c->restart_pending = true;
+        if (c->state != CONTEXT_STOPPING)
+                context_enter_stopping(c, false);
+        uv_timer_stop(&c->timer);
+        (void) kill(-c->pid, SIGKILL);
+        c->stop_phase = 2;
+}
+
 static void exec_hook_busy(void *userdata, bool busy) {
         Context *c = userdata;
 
@@ -415,6 +433,7 @@ static usec_t exec_hook_unresponsive_for(void *userdata) {
 
 const ExecHooks context_exec_hooks = {
         .interrupt = exec_hook_interrupt,
+        .kill = exec_hook_kill,
         .unresponsive_for = exec_hook_unresponsive_for,
         .busy = exec_hook_busy,
         .exit_asked = exec_hook_exit_asked,
@@ -757,6 +776,8 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .language = c->cfg->language,
                 .interrupt_mode = interrupt_mode_to_string(c->cfg->interrupt_mode),
         };
+        /* A cell of ours that an interrupt has not ended yet, and when its kill_after kills the kernel. */
+        ret->interrupted_at = exec_queue_interrupted_at(c->exec, &ret->kill_at);
         resources_reply(c->cfg, &c->limits, &ret->limits);
         context_replay_reply(c, ret);
 }

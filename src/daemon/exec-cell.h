@@ -1,7 +1,8 @@
 /* Inside the cell queue: the queue, a cell and the shaping of its outputs,
  * shared by exec.c (the queue), exec-activity.c (what the kernel is busy
- * with, busy/idle) and exec-output.c (nbformat outputs, the limit, display
- * updates, clear_output). Not for use outside those three files. */
+ * with, busy/idle), exec-interrupt.c (an interrupt that does not take: kill_after), exec-kernel.c
+ * (attach, detach) and exec-output.c (nbformat outputs, the limit, display
+ * updates, clear_output). Not for use outside those files. */
 #pragma once
 
 #include "exec.h"
@@ -61,10 +62,15 @@ struct ExecQueue {
                 /* The kernel_info_request an interrupt of a kernel that handles shell requests side by side
                  * waits on before its SIGINT goes ("" when none; see run_interrupt in exec.c). */
                 char barrier_id[37];
+                /* CLOCK_REALTIME of its first interrupt, 0 while none (exec_queue_interrupted_at). */
+                usec_t interrupted_at;
+                usec_t kill_after; /* its cell's ExecOptions.kill_after, kept should the cell go first */
         } run;
 
         ExecCell *died; /* was running when the kernel died; answered at the next attach */
         char *died_why;
+        bool died_killed; /* died_why is kill_why: its kill_after killed the kernel */
+        char *kill_why;   /* why the kernel was killed (kill_after), until it is detached */
 
         bool iopub_ready;
         /* This kernel finished a cell of ours without an execute_input (tslab publishes none): then its busy
@@ -96,6 +102,7 @@ struct ExecQueue {
         uv_timer_t wait_timer; /* the earliest deadline of a queued cell */
         uv_timer_t resend;     /* a cell the kernel aborted unrun goes out again (ABORTED_RESEND_MSEC) */
         uv_timer_t barrier;    /* an interrupt's wait for the barrier's reply (INTERRUPT_BARRIER_MSEC) */
+        uv_timer_t kill;       /* the running cell's kill_after, from its first interrupt */
         unsigned n_open_handles;
 
         bool ending; /* a cell's exit() is ending the kernel (quirks.h): no cell goes to it; cleared at attach */
@@ -166,6 +173,11 @@ void queue_unlink(ExecQueue *q, ExecCell *cell);
 void run_clear(ExecQueue *q);
 /* Asks the kernel for its kernel_info, the handshake before the first cell goes out. */
 void handshake_send(ExecQueue *q);
+
+/* exec-interrupt.c */
+void interrupt_watch_init(ExecQueue *q); /* the kill timer, closed by exec_queue_free */
+/* An interrupt of the running request: the first is when status's interrupted_at and its kill_after count from. */
+void interrupt_watch(ExecQueue *q);
 
 /* exec-activity.c */
 /* Sends a request of ours on the kernel (remembered in own_ids); ret_msg_id (may be NULL) gets its id. */

@@ -31,8 +31,11 @@ void exec_queue_detach(ExecQueue *q, const char *why) {
                 q->died = q->run.cell;
                 free(q->died_why);
                 /* NULL: stopped on purpose (give_up), said so when answered. */
-                q->died_why = why ? strdup(why) : NULL;
+                q->died_killed = q->kill_why;
+                q->died_why = q->kill_why ? TAKE_PTR(q->kill_why) : why ? strdup(why) : NULL;
         }
+        free(q->kill_why);
+        q->kill_why = NULL;
         run_clear(q);
         kernel_clear(q);
         q->kernel.gate_id[0] = '\0';
@@ -48,7 +51,11 @@ static void answer_died(ExecQueue *q, const char *kernel_id, const char *why_now
         if (!cell)
                 return;
         q->died = NULL;
-        if (kernel_id)
+        if (q->died_killed && kernel_id)
+                snprintf(msg, sizeof msg, "%s; the context now runs kernel %s", why, kernel_id);
+        else if (q->died_killed)
+                snprintf(msg, sizeof msg, "%s; the context has no kernel: %s", why, why_now ?: "it gave up");
+        else if (kernel_id)
                 snprintf(msg, sizeof msg,
                          "the kernel died while running the cell (%s); the context now runs kernel %s",
                          why ?: "it exited", kernel_id);
@@ -57,6 +64,7 @@ static void answer_died(ExecQueue *q, const char *kernel_id, const char *why_now
                          why, why_now ?: "it gave up");
         else
                 snprintf(msg, sizeof msg, "the kernel was stopped while running the cell: %s", why_now ?: "stopped");
+        q->died_killed = false;
         cell_answer(cell, EXEC_DIED, kernel_id, msg);
 }
 

@@ -144,7 +144,9 @@ void run_clear(ExecQueue *q) {
         q->run.iopub_moved = false;
         q->run.saw_input = false;
         q->run.barrier_id[0] = '\0';
+        q->run.interrupted_at = q->run.kill_after = 0;
         (void) uv_timer_stop(&q->barrier);
+        (void) uv_timer_stop(&q->kill);
         (void) uv_timer_stop(&q->timer);
         (void) uv_timer_stop(&q->settle);
         (void) uv_timer_stop(&q->resend);
@@ -251,6 +253,7 @@ static void barrier_cb(uv_timer_t *t) {
  * answering (code that loops) gets the SIGINT after INTERRUPT_BARRIER_MSEC all the same; one that ends first
  * gets none. Its reply is waited for a settle period, then the kernel is probed. */
 static void run_interrupt(ExecQueue *q) {
+        interrupt_watch(q);
         if (!q->no_execute_input) {
                 if (q->hooks.interrupt)
                         q->hooks.interrupt(q->userdata);
@@ -363,7 +366,10 @@ static void timer_cb(uv_timer_t *t) {
                 cell->timed_out = true;
                 q->run.in_grace = true;
                 auto_interrupt(q);
-                (void) uv_timer_start(&q->timer, timer_cb, EXEC_INTERRUPT_GRACE_USEC / USEC_PER_MSEC, 0);
+                /* With a kill_after, the kill comes first and its answer says so; this one is for a kill that
+                 * did not end the kernel. */
+                (void) uv_timer_start(&q->timer, timer_cb,
+                                      (EXEC_INTERRUPT_GRACE_USEC + q->run.kill_after) / USEC_PER_MSEC, 0);
                 return;
         }
 
@@ -404,6 +410,7 @@ static int queue_start(ExecQueue *q, ExecCell *cell) {
         run_clear(q);
         memcpy(q->run.msg_id, id, sizeof id);
         q->run.cell = cell;
+        q->run.kill_after = cell->opt.kill_after;
         cell->started = now_usec(CLOCK_MONOTONIC);
         if (cell->sink.on_start)
                 cell->sink.on_start(cell->userdata, q->kernel_id);
@@ -812,7 +819,8 @@ int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, Exec
         (void) uv_timer_init(loop, &q->resend);
         (void) uv_timer_init(loop, &q->barrier);
         q->timer.data = q->hs_timer.data = q->settle.data = q->wait_timer.data = q->resend.data = q->barrier.data = q;
-        q->n_open_handles = 6;
+        interrupt_watch_init(q);
+        q->n_open_handles = 7;
         *ret = q;
         return 0;
 }
@@ -824,6 +832,7 @@ static void queue_handle_closed(uv_handle_t *h) {
                 free(q->kernel_id);
                 free(q->kernel.msg_id);
                 free(q->died_why);
+                free(q->kill_why);
                 free(q);
         }
 }
@@ -856,6 +865,7 @@ void exec_queue_free(ExecQueue *q) {
         uv_close((uv_handle_t *) &q->wait_timer, queue_handle_closed);
         uv_close((uv_handle_t *) &q->resend, queue_handle_closed);
         uv_close((uv_handle_t *) &q->barrier, queue_handle_closed);
+        uv_close((uv_handle_t *) &q->kill, queue_handle_closed);
 }
 
 int exec_queue_submit(ExecQueue *q, const char *code, const ExecOptions *opt, const ExecSink *sink, void *userdata,

@@ -122,6 +122,10 @@ typedef struct ExecOptions {
          * clear_output empties the collected outputs and their count, unless
          * the limit was reached already. */
         size_t output_limit;
+        /* 0: none. After an interrupt of the cell (its timeout, a cancel, its client gone, kernelctl interrupt)
+         * that has not ended it this long after, the kernel is killed and a new one started (hooks->kill): the
+         * cell is answered EXEC_DIED once the new kernel is attached, its message saying so. */
+        usec_t kill_after;
 } ExecOptions;
 
 /* What the queue needs from its context. */
@@ -151,6 +155,9 @@ typedef struct ExecHooks {
         /* How long the kernel has not answered its heartbeat when the context counts it unresponsive, else 0: a cell
          * that could not start says so rather than blame another client. May be NULL (never unresponsive). */
         usec_t (*unresponsive_for)(void *userdata);
+        /* Kill the kernel and start a new one: why (a sentence) says a cell did not stop within its kill_after
+         * of an interrupt. May be NULL (kill_after does nothing then). */
+        void (*kill)(void *userdata, const char *why);
 } ExecHooks;
 
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);
@@ -260,6 +267,7 @@ extern const double exec_duration_bounds[EXEC_DURATION_BUCKETS];
 typedef struct ExecCounters {
         uint64_t cells[_EXEC_STATUS_MAX]; /* cells answered, by status (a queued cell at its timeout too) */
         uint64_t interrupts; /* interrupts of a running cell: asked for, at its timeout, its client gone */
+        uint64_t kills;      /* kernels killed by a cell's kill_after */
         uint64_t output_cut; /* bytes of output text past output_limit, not kept */
         /* Cells that ran, by duration from their start on the kernel to their answer: in the first bucket whose
          * bound holds it (index EXEC_DURATION_BUCKETS: above the last); not cumulative. */
@@ -277,7 +285,11 @@ bool exec_queue_owns(const ExecQueue *q, const char *msg_id);
 /* Whose cell the kernel runs: "ours" (sent by this queue), "other" (another
  * client's, as iopub shows), NULL when none (static strings). */
 const char *exec_queue_running(const ExecQueue *q);
-size_t exec_queue_pending(const ExecQueue *q); /* queued, not counting the running one */
+size_t exec_queue_pending(const ExecQueue *q);
+/* CLOCK_REALTIME of the first interrupt of our running cell while the kernel has not left it, else 0: a cell that
+ * survives its interrupt shows in status. *ret_kill_at (may be NULL): when its kill_after kills the kernel,
+ * 0 when it has none. */
+usec_t exec_queue_interrupted_at(const ExecQueue *q, usec_t *ret_kill_at); /* queued, not counting the running one */
 /* The kernel's own count: the last execute_input of any client, or a reply
  * to ours; -1 if none. */
 long long exec_queue_execution_count(const ExecQueue *q);

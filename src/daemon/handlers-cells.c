@@ -127,7 +127,8 @@ void method_execute(ControlRequest *req, json_t *params, void *userdata) {
         Context *c = handlers_request_context(h, req, params);
         const char *code = json_string_value(json_object_get(params, "code"));
         json_t *timeout = json_object_get(params, "timeout"), *detach_v = json_object_get(params, "detach");
-        usec_t timeout_usec = USEC_INFINITY;
+        json_t *kill_after = json_object_get(params, "kill_after");
+        usec_t timeout_usec = USEC_INFINITY, kill_after_usec = 0;
         const ContextConfig *cc;
         ContextStateKind st;
         bool keep, detach = json_is_true(detach_v);
@@ -146,6 +147,13 @@ void method_execute(ControlRequest *req, json_t *params, void *userdata) {
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL,
                                              "params.timeout must be a number of seconds greater than 0 and at most "
                                              "%d",
+                                             PROTOCOL_MAX_TIMEOUT_SEC);
+        if (kill_after && (!json_is_number(kill_after) ||
+                           protocol_timeout_usec(json_number_value(kill_after),
+                                                 PROTOCOL_MAX_TIMEOUT_SEC * USEC_PER_SEC, &kill_after_usec) != 0))
+                return control_request_error(req, RPC_INVALID_PARAMS, NULL,
+                                             "params.kill_after must be a number of seconds greater than 0 and at "
+                                             "most %d",
                                              PROTOCOL_MAX_TIMEOUT_SEC);
         if (detach_v && !json_is_boolean(detach_v))
                 return control_request_error(req, RPC_INVALID_PARAMS, NULL, "params.detach must be a boolean");
@@ -169,6 +177,7 @@ void method_execute(ControlRequest *req, json_t *params, void *userdata) {
         ExecOptions opt = {
                 .timeout = timeout_usec,
                 .output_limit = cc->output_limit,
+                .kill_after = kill_after_usec,
         };
         r = exec_queue_submit(context_exec(c), code, &opt, &run_sink, run, &run->cell);
         if (r < 0) {

@@ -76,6 +76,9 @@ static uint64_t ctx_timed_out(const Context *c) {
 static uint64_t ctx_interrupts(const Context *c) {
         return exec_counters(c)->interrupts;
 }
+static uint64_t ctx_kills(const Context *c) {
+        return exec_counters(c)->kills;
+}
 static uint64_t ctx_output_cut(const Context *c) {
         return exec_counters(c)->output_cut;
 }
@@ -99,6 +102,8 @@ static const struct {
           "Cells answered at their timeout (interrupted while running, or still queued).", ctx_timed_out },
         { "kernelsup_cell_interrupts", "counter", NULL,
           "Interrupts of a running cell: kernelctl interrupt, its timeout, or its client gone.", ctx_interrupts },
+        { "kernelsup_kernel_kills", "counter", NULL,
+          "Kernels killed because a cell did not stop within its kill_after of an interrupt.", ctx_kills },
         { "kernelsup_cell_output_cut_bytes", "counter", "bytes", "Bytes of cell output past output_limit, not kept.",
           ctx_output_cut },
         { "kernelsup_cells_queued", "gauge", NULL, "Cells waiting behind the running one (queue depth).", ctx_queued },

@@ -181,7 +181,7 @@ static void follow_call(HttpRequest *r, const char *method, json_t *params) {
 
 void api_route_execute(HttpRequest *r, char **args) {
         json_auto_t *body = http_request_json(r);
-        const json_t *code, *timeout, *od, *mo;
+        const json_t *code, *timeout, *od, *mo, *ka;
         size_t max_output = 0;
         const char *why;
         Follow *f;
@@ -193,10 +193,13 @@ void api_route_execute(HttpRequest *r, char **args) {
         timeout = json_object_get(body, "timeout");
         od = json_object_get(body, "on_disconnect");
         mo = json_object_get(body, "max_output");
+        ka = json_object_get(body, "kill_after");
         if (!json_is_string(code))
                 return http_answer_error(r, 400, "invalid_params", "code must be a string");
         if (timeout && !json_is_number(timeout))
                 return http_answer_error(r, 400, "invalid_params", "timeout must be a number of seconds");
+        if (ka && !json_is_number(ka))
+                return http_answer_error(r, 400, "invalid_params", "kill_after must be a number of seconds");
         if (od && !json_is_string(od))
                 return http_answer_error(r, 400, "invalid_params", "on_disconnect must be \"interrupt\" or \"keep\"");
         if (mo && !(json_is_integer(mo) && json_integer_value(mo) >= 0) &&
@@ -208,8 +211,8 @@ void api_route_execute(HttpRequest *r, char **args) {
         if (!(f = follow_new(r, 0)))
                 return;
         f->max_output = max_output;
-        p = json_pack("{s:s, s:O, s:O*, s:O*}", "context", args[0], "code", code, "timeout", timeout, "on_disconnect",
-                      od);
+        p = json_pack("{s:s, s:O, s:O*, s:O*, s:O*}", "context", args[0], "code", code, "timeout", timeout,
+                      "on_disconnect", od, "kill_after", ka);
         follow_call(r, "execute", p);
 }
 

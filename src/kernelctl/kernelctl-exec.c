@@ -20,6 +20,8 @@
 /* exec waits this much beyond the cell's timeout: the kernel has 5 s to
  * answer the interrupt, and the outputs take time to arrive. */
 #define EXEC_GRACE_USEC (10 * USEC_PER_SEC)
+/* ... and with --kill-after, that much more, and this for the new kernel to start. */
+#define EXEC_KILL_RESTART_USEC (60 * USEC_PER_SEC)
 
 typedef struct ExecState {
         const Options *o;
@@ -186,12 +188,16 @@ int cmd_exec(const Options *o, char **args, unsigned n_args) {
         if (!params)
                 /* jansson takes only UTF-8. */
                 return client_fail(EXIT_FAILED, "the cell is not valid UTF-8 (or out of memory).");
-        if (client_set_timeout(params, o->timeout) < 0)
+        if (client_set_timeout(params, o->timeout) < 0 ||
+            (o->kill_after && json_object_set_new(params, "kill_after", json_real(client_seconds(o->kill_after))) < 0))
                 return client_fail(EXIT_FAILED, "out of memory.");
         if (o->detach)
                 return exec_detach(o, TAKE_PTR(params));
         /* Without a cell timeout the cell may run for ever, and so may we. */
         wait = o->timeout == USEC_INFINITY ? USEC_INFINITY : o->timeout + EXEC_GRACE_USEC;
+        /* A kill waits for the new kernel: its answer comes once that one is attached. */
+        if (wait != USEC_INFINITY && o->kill_after)
+                wait += o->kill_after + EXEC_KILL_RESTART_USEC;
 
         render_output_budget(o->max_output);
         render_output_save_images(o->save_images);

@@ -78,7 +78,27 @@ static const char *replay_info(const ReplyContext *c) {
         return NULL;
 }
 
+/* What status's INFO says of a cell of ours that an interrupt has not ended: since when, and when its kill_after kills
+ * the kernel. NULL when there is none. */
+static const char *interrupt_info(const ReplyContext *c, char *buf, size_t size) {
+        usec_t now = now_usec(CLOCK_REALTIME);
+        char d[32], k[32];
+
+        if (!c->interrupted_at)
+                return NULL;
+        format_duration(d, sizeof d,
+                        now > c->interrupted_at ? (now - c->interrupted_at) / USEC_PER_SEC * USEC_PER_SEC : 0);
+        if (c->kill_at)
+                format_duration(k, sizeof k, c->kill_at > now ? (c->kill_at - now) / USEC_PER_SEC * USEC_PER_SEC : 0);
+        snprintf(buf, size, "a cell from exec, still running %s after its interrupt%s%s", d,
+                 c->kill_at ? "; the kernel is killed in " : "", c->kill_at ? k : "");
+        return buf;
+}
+
 static int status_row(const ReplyContext *c, char **row) {
+        char interrupted[160];
+        const char *stuck = interrupt_info(c, interrupted, sizeof interrupted);
+
         row[COL_NAME] = client_sanitize(c->name, false);
         row[COL_STATE] = client_sanitize(c->state, false);
         row[COL_PID] = format_integer(c->pid ?: -1);
@@ -91,6 +111,7 @@ static int status_row(const ReplyContext *c, char **row) {
         row[COL_LANGUAGE] = client_sanitize(c->language ?: "-", false);
         row[COL_INFO] = client_sanitize(streq_ptr(c->state, "restoring") && replay_info(c) ? replay_info(c)
                                         : !render_state_is_up(c->state) && c->last_error   ? c->last_error
+                                        : stuck                                            ? stuck
                                         : streq_ptr(c->running, "other")                   ? "another client's cell"
                                         : streq_ptr(c->running, "ours")                    ? "a cell from exec"
                                         : render_state_is_up(c->state) && streq_ptr(c->output_chunking, "off")

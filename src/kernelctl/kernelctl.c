@@ -619,6 +619,10 @@ static void help(void) {
                "  --save-images DIR    exec: write each image of the cell to DIR as\n"
                "                       output-N.png (N the first number free) and name the\n"
                "                       file in the image's line\n"
+               "  --kill-after SECONDS exec: when an interrupt of the cell (its timeout,\n"
+               "                       kernelctl interrupt) has not ended it this long\n"
+               "                       after, kill the kernel and start a new one (the\n"
+               "                       namespace is lost; the cell ends died, exit 1)\n"
                "  --detach             exec: print the execution's id once the cell is\n"
                "                       accepted and leave it running (exit 0)\n"
                "  --from N             attach: the first output to print (default 0)\n"
@@ -684,6 +688,7 @@ int main(int argc, char *argv[]) {
                 ARG_MAX_OUTPUT,
                 ARG_SAVE_IMAGES,
                 ARG_DETACH,
+                ARG_KILL_AFTER,
                 ARG_FROM,
         };
         static const struct option options[] = {
@@ -707,6 +712,7 @@ int main(int argc, char *argv[]) {
                 { "max-output", required_argument, NULL, ARG_MAX_OUTPUT },
                 { "save-images", required_argument, NULL, ARG_SAVE_IMAGES },
                 { "detach", no_argument, NULL, ARG_DETACH },
+                { "kill-after", required_argument, NULL, ARG_KILL_AFTER },
                 { "from", required_argument, NULL, ARG_FROM },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -735,6 +741,11 @@ int main(int argc, char *argv[]) {
                         if (parse_timeout(optarg, &o.timeout) < 0)
                                 return client_usage_error(
                                         "invalid timeout '%s': seconds, more than 0 and at most 86400", optarg);
+                        break;
+                case ARG_KILL_AFTER:
+                        if (parse_timeout(optarg, &o.kill_after) < 0)
+                                return client_usage_error(
+                                        "invalid --kill-after '%s': seconds, more than 0 and at most 86400", optarg);
                         break;
                 case ARG_STREAM:
                         o.stream = true;
@@ -854,6 +865,8 @@ int main(int argc, char *argv[]) {
                 return client_usage_error("--save-images is an option of exec");
         if (o.save_images && (o.json || o.stream))
                 return client_usage_error("--save-images is for exec's text: --json and --stream carry the images");
+        if (o.kill_after && !streq(cmd->name, "exec"))
+                return client_usage_error("--kill-after is an option of exec");
         if (o.detach && !streq(cmd->name, "exec"))
                 return client_usage_error("--detach is an option of exec");
         if (o.from >= 0 && !streq(cmd->name, "attach"))

@@ -20,6 +20,7 @@ typedef struct Options {
         size_t max_output;       /* exec: the text's budget in bytes (head and tail kept); 0: none */
         const char *save_images; /* exec: the directory the text mode writes images to; NULL: none */
         bool detach;             /* exec: print the execution's id once accepted, leave it running */
+        usec_t kill_after;       /* exec: kill the kernel when an interrupt has not ended the cell by then; 0: no */
         long long from;          /* attach: the first output's number; -1 when not given (0) */
         const char *expect;      /* check: the kernel_id saved earlier */
         usec_t timeout;          /* USEC_INFINITY when not given */

@@ -112,6 +112,9 @@ def check_errors(tap, front):
     tap.eq((r.status, r.error_code()), (400, "invalid_params"), "code not a string: 400 invalid_params")
     r = front.request("POST", "/v1/contexts/default/execute", body={"code": "1", "on_disconnect": "later"})
     tap.eq((r.status, r.error_code()), (400, "invalid_params"), "on_disconnect neither interrupt nor keep: 400")
+    for bad in ("5", 0, -2):
+        r = front.request("POST", "/v1/contexts/default/execute", body={"code": "1", "kill_after": bad})
+        tap.eq((r.status, r.error_code()), (400, "invalid_params"), f"kill_after {bad!r}: 400 invalid_params")
     r = front.request("POST", "/v1/contexts/nope/execute", body={"code": "1"})
     tap.eq((r.status, r.error_code()), (404, "no_such_context"), "execute in a missing context: 404")
     r = front.request("GET", "/v1/contexts/nope")

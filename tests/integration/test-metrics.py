@@ -29,7 +29,8 @@ FAMILIES = (
     "kernelsup_contexts", "kernelsup_control_connections", "kernelsup_daemon_resident_memory_bytes",
     "kernelsup_context_state", "kernelsup_kernel_deaths", "kernelsup_cells", "kernelsup_cell_duration_seconds",
     "kernelsup_context_restarts", "kernelsup_kernel_oom_kills", "kernelsup_heartbeat_misses",
-    "kernelsup_cells_timed_out", "kernelsup_cell_interrupts", "kernelsup_cell_output_cut_bytes",
+    "kernelsup_cells_timed_out", "kernelsup_cell_interrupts", "kernelsup_kernel_kills",
+    "kernelsup_cell_output_cut_bytes",
     "kernelsup_cells_queued",
 )
 

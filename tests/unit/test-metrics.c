@@ -230,8 +230,8 @@ static void test_context_name(World *w) {
                    "context: the state gauge carries the escaped name");
                 for (const char *p = text; (p = strstr(p, "context=\"" WEIRD_ESCAPED "\"")); p++)
                         n++;
-                /* Every state, death reason and cell status; the buckets, +Inf, count and sum; 7 plain families. */
-                is_int(n, _CONTEXT_STATE_MAX + _KERNEL_DEATH_MAX + _EXEC_STATUS_MAX + EXEC_DURATION_BUCKETS + 3 + 7,
+                /* Every state, death reason and cell status; the buckets, +Inf, count and sum; 8 plain families. */
+                is_int(n, _CONTEXT_STATE_MAX + _KERNEL_DEATH_MAX + _EXEC_STATUS_MAX + EXEC_DURATION_BUCKETS + 3 + 8,
                        "context: every series of the context carries the escaped name");
                 ok(ends_with(text, "\n# EOF\n"), "context: ends with # EOF");
                 _cleanup_free_ char *parsed = parsed_context_label(w->dir, text);

@@ -1,0 +1,47 @@
+/* The watch on an interrupt of our running cell that does not take: status shows it (exec_queue_interrupted_at),
+ * and a cell's kill_after kills the kernel. See exec.h; the family's private parts are in exec-cell.h. */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec-cell.h"
+#include "util.h"
+
+/* The kernel is still on the request its kill_after counted for: neither its reply nor its idle came. */
+static void kill_cb(uv_timer_t *t) {
+        ExecQueue *q = t->data;
+        char d[32], why[256];
+
+        if (!run_taken(q) || !q->run.interrupted_at || q->run.got_reply || q->run.got_idle || !q->hooks.kill)
+                return;
+        snprintf(why, sizeof why,
+                 "the cell did not stop within %s of its interrupt, so the kernel was killed and a new one "
+                 "started (kill_after): its namespace is gone",
+                 format_duration(d, sizeof d, q->run.kill_after));
+        free(q->kill_why);
+        q->kill_why = strdup(why);
+        q->counters.kills++;
+        q->hooks.kill(q->userdata, why);
+}
+
+void interrupt_watch_init(ExecQueue *q) {
+        (void) uv_timer_init(q->loop, &q->kill);
+        q->kill.data = q;
+}
+
+void interrupt_watch(ExecQueue *q) {
+        if (q->run.interrupted_at)
+                return;
+        q->run.interrupted_at = now_usec(CLOCK_REALTIME);
+        if (q->run.kill_after)
+                (void) uv_timer_start(&q->kill, kill_cb, (q->run.kill_after + USEC_PER_MSEC - 1) / USEC_PER_MSEC, 0);
+}
+
+usec_t exec_queue_interrupted_at(const ExecQueue *q, usec_t *ret_kill_at) {
+        bool on = q && run_taken(q) && q->run.interrupted_at && !q->run.got_reply && !q->run.got_idle;
+
+        if (ret_kill_at)
+                *ret_kill_at = on && q->run.kill_after ? q->run.interrupted_at + q->run.kill_after : 0;
+        return on ? q->run.interrupted_at : 0;
+}
