@@ -83,8 +83,8 @@ static int read_code(char **ret) {
         return EXIT_OK;
 }
 
-/* What the budget would cut of the outputs' text (--json, --stream): {"kept": K, "dropped": D} set on shown when
- * it cuts. 0, or -ENOMEM. */
+/* What the budget would cut of the outputs' text (--json, --stream): "truncated" on shown, {"kept": K, "dropped": D}
+ * when it cuts, else null (as HTTP's answer has it). 0, or -ENOMEM. */
 static int exec_truncated(const Options *o, const json_t *outputs, json_t *shown) {
         CellRender *cr;
         const json_t *out;
@@ -92,7 +92,7 @@ static int exec_truncated(const Options *o, const json_t *outputs, json_t *shown
         int r;
 
         if (o->max_output == 0)
-                return 0;
+                return json_object_set_new(shown, "truncated", json_null());
         cr = cell_render_new(o->max_output, o->traceback, NULL, NULL);
         if (!cr)
                 return -ENOMEM;
@@ -101,8 +101,10 @@ static int exec_truncated(const Options *o, const json_t *outputs, json_t *shown
         }
         r = cell_render_finish(cr, &kept, &dropped);
         cell_render_free(cr);
-        if (r <= 0)
+        if (r < 0)
                 return r;
+        if (r == 0)
+                return json_object_set_new(shown, "truncated", json_null());
         return json_object_set_new(
                        shown, "truncated",
                        json_pack("{s:I, s:I}", "kept", (json_int_t) kept, "dropped", (json_int_t) dropped)) < 0

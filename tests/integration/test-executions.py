@@ -169,6 +169,9 @@ def test_cancel(tap, d):
     tap.eq(state_of(d, queued)["state"], "not_started", "cancel: the queued cell is withdrawn (not_started)")
     r = d.ctl("attach", queued)
     tap.eq(r.returncode, 11, "cancel: attach to the withdrawn cell exits 11 as exec (never started)", r.stderr)
+    # Sent is not started: the kernel has started it once its first output came (a cancel before would withdraw it).
+    harness.poll_until(lambda: state_of(d, running) or {}, 30, "the spinning cell's first output",
+                       check=lambda e: (e.get("outputs") or 0) >= 1)
     r = d.ctl("cancel", running)
     tap.eq(r.returncode, 0, "cancel of a running cell: exit 0", r.stderr)
     st = wait_state(d, running, ("interrupted",), "the cancelled cell to end")

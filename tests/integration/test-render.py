@@ -37,8 +37,8 @@ def test_streams(tap, d):
     tap.eq(r.stderr, "after the title\n", "an OSC on stderr removed")
     rc, j = d.ctl_json("exec", "default", code, timeout=60)
     raw = "".join(o.get("text", "") for o in (j or {}).get("outputs", []) if o.get("name") == "stdout")
-    tap.ok("\rprogress 25%" in raw and "\x1b[31m" in raw and "truncated" not in (j or {}),
-           "--json keeps the raw text (\\r and ANSI), no truncated without --max-output", repr(raw[:200]))
+    tap.ok("\rprogress 25%" in raw and "\x1b[31m" in raw and "truncated" in (j or {}) and j["truncated"] is None,
+           "--json keeps the raw text (\\r and ANSI), truncated null without --max-output", repr(raw[:200]))
     r = d.ctl("exec", "default", "print('\\r'.join(str(i) for i in range(200000)))", timeout=60)
     tap.eq(body(r.stdout), "199999\n", "200,000 frames of one line: the last")
 
@@ -133,6 +133,13 @@ def test_budget(tap, d):
     lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     tap.eq((r.returncode, lines[-1].get("truncated") if lines else None), (0, {"kept": 4096, "dropped": 995918}),
            "--stream --max-output: the result line carries truncated")
+    rc, j = d.ctl_json("exec", "default", "print('small')", "--max-output", "4K", timeout=60)
+    tap.ok(rc == 0 and "truncated" in (j or {}) and j["truncated"] is None,
+           "--json --max-output of a cell within it: truncated null", repr(j))
+    r = d.ctl("exec", "default", "print('small')", "--stream", timeout=60)
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    tap.ok(lines and "truncated" in lines[-1] and lines[-1]["truncated"] is None,
+           "--stream without --max-output: the result line has truncated null", repr(lines[-1:]))
     r = d.ctl("exec", "default", "print('a' + '\u20ac' * 1000)", "--max-output", "1K", errors="surrogateescape")
     want = "a" + "\u20ac" * 170 + "\n[... 1980 bytes, 0 lines dropped ...]\n" + "\u20ac" * 170 + "\n"
     tap.eq(body(r.stdout), want, "--max-output 1K over three-byte characters: cut at whole characters")
