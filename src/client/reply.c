@@ -177,6 +177,7 @@ static const Field context_fields[] = {
         F(ReplyContext, "started", FIELD_STRING, started, .flags = NULLABLE),
         F(ReplyContext, "start_note", FIELD_STRING, start_note, .flags = NULLABLE),
         F(ReplyContext, "kernel", FIELD_STRING, kernel, .flags = NULLABLE),
+        F(ReplyContext, "cwd", FIELD_STRING, cwd, .flags = OPTIONAL),
         F(ReplyContext, "language", FIELD_STRING, language, .flags = NULLABLE | LOSSY),
         F(ReplyContext, "interrupt_mode", FIELD_STRING, interrupt_mode, .flags = NULLABLE),
         F(ReplyContext, "journal", FIELD_STRUCT, journal, .sub = &journal_type, .flags = OPTIONAL),

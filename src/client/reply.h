@@ -141,6 +141,8 @@ typedef struct ReplyContext {
         const char *start_note;      /* why a running kernel was started cold; NULL: null */
         const char *kernel;          /* the kernelspec's name ("python3" for the built-in one); NULL: null (argv
                                       * alone) */
+        const char *cwd;             /* the kernel's working directory as configured; NULL: left out (the user's
+                                      * home, or /) */
         const char *language;        /* the kernelspec's language; NULL: null */
         const char *interrupt_mode;  /* how the kernel is interrupted: "signal" or "message"; NULL: null */
         ReplyJournal journal;        /* left out with restore = none */

@@ -773,6 +773,7 @@ void context_reply(const Context *c, ReplyContext *ret) {
                 .started = running ? (c->st.preloaded ? "preloaded" : "cold") : NULL,
                 .start_note = running ? c->cold_why : NULL,
                 .kernel = c->cfg->kernel,
+                .cwd = c->cfg->cwd,
                 .language = c->cfg->language,
                 .interrupt_mode = interrupt_mode_to_string(c->cfg->interrupt_mode),
         };

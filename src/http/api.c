@@ -132,6 +132,7 @@ static void route_check(HttpRequest *r, char **args) {
 typedef struct AddState {
         json_t *params; /* add's, once the kernel is known */
         char *name;
+        HttpCallDone answer; /* gets the new context's status */
 } AddState;
 
 static void add_state_free(void *p) {
@@ -149,7 +150,7 @@ static void add_done(HttpRequest *r, const RpcMessage *m, int error) {
 
         if (!m || m->kind == RPC_ERROR)
                 return http_answer_upstream(r, m, error);
-        context_status(r, a->name); /* 201: the request's data says it was created */
+        http_call(r, "status", json_pack("{s:[s]}", "contexts", a->name), NULL, a->answer);
 }
 
 /* "language" without "kernel": the first kernelspec (by name) of that language. */
@@ -196,38 +197,43 @@ static int env_param(const json_t *env, json_t **ret) {
         return 0;
 }
 
+void api_context_add(HttpRequest *r, const char *name, const char *language, json_t *params, HttpCallDone answer) {
+        AddState *a = calloc(1, sizeof *a);
+
+        if (a && (a->name = strdup(name)))
+                a->params = params;
+        if (!a || !a->params) {
+                json_decref(params);
+                add_state_free(a);
+                return http_answer_error(r, 500, "internal", "out of memory");
+        }
+        a->answer = answer;
+        http_request_set_data(r, a, add_state_free);
+        if (language && !json_object_get(params, "kernel")) {
+                (void) json_object_set_new(a->params, "language", json_string(language));
+                return http_call(r, "kernels", json_object(), NULL, kernels_done);
+        }
+        http_call(r, "add", json_incref(a->params), NULL, add_done);
+}
+
 static void route_context_add(HttpRequest *r, char **args) {
         json_auto_t *body = http_request_json(r);
-        const char *name, *language;
+        const char *name;
         json_t *env = NULL;
-        AddState *a;
 
         (void) args;
         if (!body)
                 return;
         name = json_string_value(json_object_get(body, "name"));
-        language = json_string_value(json_object_get(body, "language"));
         if (!name)
                 return http_answer_error(r, 400, "invalid_params", "name must be a string");
         if (env_param(json_object_get(body, "env"), &env) < 0)
                 return http_answer_error(r, 400, "invalid_params", "env must be an object of strings or K=V strings");
-        a = calloc(1, sizeof *a);
-        if (a)
-                a->name = strdup(name);
-        if (a && a->name)
-                a->params =
+        /* 201: context_done sees the request's data, which says it was created. */
+        api_context_add(r, name, json_string_value(json_object_get(body, "language")),
                         json_pack("{s:s, s:O*, s:O*, s:o*}", "context", name, "kernel",
-                                  json_object_get(body, "kernel"), "cwd", json_object_get(body, "cwd"), "env", env);
-        if (!a || !a->params) {
-                add_state_free(a);
-                return http_answer_error(r, 500, "internal", "out of memory");
-        }
-        http_request_set_data(r, a, add_state_free);
-        if (language && !json_object_get(body, "kernel")) {
-                (void) json_object_set_new(a->params, "language", json_string(language));
-                return http_call(r, "kernels", json_object(), NULL, kernels_done);
-        }
-        http_call(r, "add", json_incref(a->params), NULL, add_done);
+                                  json_object_get(body, "kernel"), "cwd", json_object_get(body, "cwd"), "env", env),
+                        context_done);
 }
 
 /* ---- The table ---- */

@@ -17,7 +17,8 @@ static const char *after_scheme(const char *value, const char *scheme) {
         return *value ? value : NULL;
 }
 
-const char *auth_offered_token(const char *authorization, const char *x_access_token, const char *query_token) {
+const char *auth_offered_token(const char *authorization, const char *x_access_token, const char *traffic_token,
+                               const char *query_token) {
         const char *t;
 
         if (authorization &&
@@ -25,6 +26,8 @@ const char *auth_offered_token(const char *authorization, const char *x_access_t
                 return t;
         if (x_access_token && *x_access_token)
                 return x_access_token;
+        if (traffic_token && *traffic_token)
+                return traffic_token;
         if (query_token && *query_token)
                 return query_token;
         return NULL;

@@ -194,6 +194,7 @@ static bool request_admit(HttpRequest *r) {
         if (r->sock->listener.kind == LISTEN_TCP && cfg->auth.token &&
             !auth_token_equal(auth_offered_token(http_request_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
                                                  http_request_header(r, "X-Access-Token"),
+                                                 http_request_header(r, "E2B-Traffic-Access-Token"),
                                                  http_request_query(r, "token")),
                               cfg->auth.token)) {
                 http_answer_error(r, 401, "unauthorized", "a valid token is required");

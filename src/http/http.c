@@ -54,7 +54,7 @@ void request_set_response(HttpRequest *r, unsigned status, struct MHD_Response *
 }
 
 void http_answer_json(HttpRequest *r, unsigned status, json_t *body) {
-        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         struct MHD_Response *resp = NULL;
 
         json_decref(body);

@@ -321,6 +321,8 @@ int main(int argc, char **argv) {
         o.config.auth = (AuthPolicy){ .token = token, .hosts = o.hosts, .origins = o.origins };
         for (size_t i = 0; i < api_v1_n_routes; i++)
                 routes[o.config.n_routes++] = api_v1_routes[i];
+        for (size_t i = 0; i < e2b_n_routes; i++)
+                routes[o.config.n_routes++] = e2b_routes[i];
         o.config.routes = routes;
         r = http_server_new(m.loop, &o.config, ls, n, &m.server);
         if (r < 0) {
