@@ -1,6 +1,6 @@
 """The corpus of real cells (tests/corpus/cases.json) through every way a cell arrives: `kernelctl exec` text,
-`exec --json`, `exec --stream` and an outside jupyter_client (BlockingKernelClient on the published connection
-file). One TAP point per case per path, "corpus CASE via PATH"; tests/corpus/README.md says what each field of a
+`exec --json`, `exec --stream`, an outside jupyter_client (BlockingKernelClient on the published connection
+file) and kernelsup-http's POST /v1/contexts/CTX/execute as Server-Sent Events. One TAP point per case per path, "corpus CASE via PATH"; tests/corpus/README.md says what each field of a
 case means. Each path has a context of its own, so a case that leaves one busy or dead does not touch the others.
 
 A case that needs a fix from another branch ("needs") is a TODO point until that branch is merged (then an
@@ -19,9 +19,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import harness_http  # noqa: E402
 
 CASES = os.path.join(harness.SRCDIR, "tests", "corpus", "cases.json")
-PATHS = ("text", "json", "stream", "jupyter")
+PATHS = ("text", "json", "stream", "jupyter", "http")
+# A path that gives what another gives (the daemon's outputs as they come) takes that one's overrides (paths.PATH),
+# unless a case names the path itself.
+ALIAS = {"http": "stream"}
+# The paths with no exit code of kernelctl's.
+NO_EXIT = ("jupyter", "http")
 EXIT = {"ok": 0, "error": 7, "timeout": 6, "aborted": 10, "died": 1}
 SUMMARY = re.compile(r"^\[(ok|error|timeout|died|aborted|not started)\b.*\]$")
 SELECTED = [n for n in os.environ.get("KS_CORPUS", "").replace(",", " ").split() if n]
@@ -46,7 +52,10 @@ def code_of(cell):
 def expectation(case, path):
     """The case's fields with its paths.PATH overrides applied (a null override removes the field)."""
     e = {k: v for k, v in case.items() if k not in ("paths", "then")}
-    for k, v in (case.get("paths") or {}).get(path, {}).items():
+    paths = case.get("paths") or {}
+    if path not in paths and ALIAS.get(path) in paths:
+        path = ALIAS[path]
+    for k, v in paths.get(path, {}).items():
         if v is None:
             e.pop(k, None)
         else:
@@ -113,6 +122,28 @@ def via_stream(d, ctx, code, timeout_args):
     stdout, stderr = render(outs)
     return {"status": final.get("status"), "exit": r.returncode, "stdout": stdout, "stderr": stderr,
             "outputs": outs, "message": note_of(final), "raw": r.stdout[-300:] + r.stderr[-300:]}
+
+
+class ViaHttp:
+    """kernelsup-http's execute, answered as Server-Sent Events: the outputs as they come, then the end."""
+
+    def __init__(self, front):
+        self.front = front
+
+    def __call__(self, d, ctx, code, timeout_args):
+        body = {"code": code}
+        if timeout_args:
+            body["timeout"] = float(timeout_args[1])
+        r = self.front.request("POST", f"/v1/contexts/{ctx}/execute", body=body,
+                               headers={"Accept": "text/event-stream"}, timeout=300)
+        if r.status != 200:
+            raise harness.HarnessError(f"POST /v1/contexts/{ctx}/execute: {r!r}")
+        events = harness_http.sse_events(r.body.decode("utf-8", "surrogateescape"))
+        outs = [e["data"] for e in events if e["event"] == "output"]
+        end = next((e["data"] for e in events if e["event"] == "end"), {})
+        stdout, stderr = render(outs)
+        return {"status": end.get("status"), "exit": None, "stdout": stdout, "stderr": stderr, "outputs": outs,
+                "message": note_of(end), "raw": r.body[-600:].decode("utf-8", "replace")}
 
 
 class Outside:
@@ -183,7 +214,7 @@ def check_cell(e, got, path):
     bad = []
     if got["status"] != e["status"]:
         bad.append(f"status {got['status']!r}, want {e['status']!r}")
-    if path != "jupyter":
+    if path not in NO_EXIT:
         want_exit = e.get("exit", EXIT[e["status"]])
         if got["exit"] != want_exit:
             bad.append(f"exit {got['exit']}, want {want_exit}")
@@ -317,8 +348,16 @@ def test(tap):
     d.start()
     d.wait_all_ready([f"via-{p}" for p in PATHS], timeout=120)
     runners = {"text": via_text, "json": via_json, "stream": via_stream}
+    no_http, front = harness_http.main_skip_reason(), None
+    if not no_http:
+        # Bodies as large as the largest cell of the corpus.
+        front = harness_http.HttpFront(tap, d, args=["--max-body", "64M"]).start()
+        runners["http"] = ViaHttp(front)
     for path in PATHS:
         ctx = f"via-{path}"
+        if path == "http" and no_http:
+            tap.skip(f"corpus via {path}", no_http)
+            continue
         with tap.guard(f"corpus via {path}"):
             runner = runners.get(path) or Outside(d, ctx)
             try:
@@ -327,6 +366,8 @@ def test(tap):
             finally:
                 if isinstance(runner, Outside):
                     runner.kc.close()
+    if front:
+        front.stop()
     d.stop()
 
 
