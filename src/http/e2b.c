@@ -109,8 +109,15 @@ static void put_output(HttpRequest *r, E2bRun *run, const json_t *o) {
                                  streq_ptr(json_string_value(json_object_get(o, "name")), "stderr") ? "stderr"
                                                                                                     : "stdout",
                                  "text", json_object_get(o, "text"), "timestamp", now);
-        } else if (streq(type, "display_data") || streq(type, "execute_result")) {
-                if (shape_result(o, "is_main_result", &line) < 0)
+        } else if (streq(type, "display_data") || streq(type, "execute_result") ||
+                   streq(type, "update_display_data")) {
+                /* An update of a display is its new state, one more result (E2B's server drops it). */
+                json_auto_t *as = streq(type, "update_display_data")
+                                          ? json_pack("{s:s, s:O}", "output_type", "display_data", "data",
+                                                      json_object_get(o, "data"))
+                                          : json_incref((json_t *) o);
+
+                if (!as || shape_result(as, "is_main_result", &line) < 0)
                         return;
                 strip_quotes(line);
                 if (!json_object_get(line, "extra"))
@@ -174,6 +181,20 @@ static void execute_done(HttpRequest *r, const RpcMessage *m, int error) {
         /* Outputs the daemon could not stream to us (we read slower than it sent) are in its answer. */
         for (size_t i = (size_t) run->next; (o = json_array_get(json_object_get(body, "outputs"), i)); i++)
                 put_output(r, run, o);
+        /* A cell's exit() does not end a supervised kernel: said as kernelctl says it, on stderr. */
+        if (res.exit) {
+                char now[64];
+
+                format_timestamp(now, sizeof now, now_usec(CLOCK_REALTIME));
+                (void) put_line(r,
+                                json_pack("{s:s, s:s, s:s}", "type", "stderr", "text",
+                                          streq(res.exit, "kept")
+                                                  ? "[kernelsup: the cell called exit(); a supervised kernel is not "
+                                                    "a cell's to end: the kernel and its namespace were kept]\n"
+                                                  : "[kernelsup: the cell called exit() and the kernel is ending: "
+                                                    "the next cell runs in a new kernel, which starts empty]\n",
+                                          "timestamp", now));
+        }
         count = json_object_get(body, "execution_count");
         if (json_is_integer(count))
                 (void) put_line(r, json_pack("{s:s, s:O}", "type", "number_of_executions", "execution_count", count));
@@ -249,7 +270,7 @@ static char *normalize_language(const char *l) {
 
 static void route_execute(HttpRequest *r, char **args) {
         json_auto_t *body = http_request_json(r);
-        const json_t *code, *ctx, *lang, *env;
+        const json_t *code, *ctx, *lang, *env, *timeout;
         E2bRun *run;
 
         (void) args;
@@ -259,6 +280,7 @@ static void route_execute(HttpRequest *r, char **args) {
         ctx = json_object_get(body, "context_id");
         lang = json_object_get(body, "language");
         env = json_object_get(body, "env_vars");
+        timeout = json_object_get(body, "timeout");
         if (!json_is_string(code))
                 return http_answer_error(r, 400, "invalid_params", "code must be a string");
         if (ctx && lang && !json_is_null(ctx) && !json_is_null(lang))
@@ -267,13 +289,15 @@ static void route_execute(HttpRequest *r, char **args) {
         if ((ctx && !json_is_null(ctx) && !json_is_string(ctx)) ||
             (lang && !json_is_null(lang) && !json_is_string(lang)))
                 return http_answer_error(r, 400, "invalid_params", "context_id and language must be strings");
+        if (timeout && !json_is_number(timeout))
+                return http_answer_error(r, 400, "invalid_params", "timeout must be a number of seconds");
         if (env && !json_is_null(env) && !(json_is_object(env) && json_object_size(env) == 0))
                 return http_answer_error(r, 400, "not_supported",
                                          "env_vars are not supported here: set them in the cell, or in the context's "
                                          "env (POST /v1/contexts)");
         run = calloc(1, sizeof *run);
         if (run)
-                run->params = json_pack("{s:O}", "code", code);
+                run->params = json_pack("{s:O, s:O*}", "code", code, "timeout", timeout);
         if (!run || !run->params) {
                 free(run);
                 return http_answer_error(r, 500, "internal", "out of memory");

@@ -1,6 +1,7 @@
 """The corpus of real cells (tests/corpus/cases.json) through every way a cell arrives: `kernelctl exec` text,
 `exec --json`, `exec --stream`, an outside jupyter_client (BlockingKernelClient on the published connection
-file) and kernelsup-http's POST /v1/contexts/CTX/execute as Server-Sent Events. One TAP point per case per path, "corpus CASE via PATH"; tests/corpus/README.md says what each field of a
+file), kernelsup-http's POST /v1/contexts/CTX/execute as Server-Sent Events, and its E2B route, POST /execute
+with context_id, as E2B's SDK calls it (JSON lines). One TAP point per case per path, "corpus CASE via PATH"; tests/corpus/README.md says what each field of a
 case means. Each path has a context of its own, so a case that leaves one busy or dead does not touch the others.
 
 A case that needs a fix from another branch ("needs") is a TODO point until that branch is merged (then an
@@ -22,12 +23,18 @@ import harness  # noqa: E402
 import harness_http  # noqa: E402
 
 CASES = os.path.join(harness.SRCDIR, "tests", "corpus", "cases.json")
-PATHS = ("text", "json", "stream", "jupyter", "http")
+PATHS = ("text", "json", "stream", "jupyter", "http", "e2b")
 # A path that gives what another gives (the daemon's outputs as they come) takes that one's overrides (paths.PATH),
 # unless a case names the path itself.
 ALIAS = {"http": "stream"}
 # The paths with no exit code of kernelctl's.
-NO_EXIT = ("jupyter", "http")
+NO_EXIT = ("jupyter", "http", "e2b")
+# E2B's members of a result, by MIME type (doc/e2b-protocol.md, section 4).
+E2B_MIME = {"text": "text/plain", "html": "text/html", "markdown": "text/markdown", "svg": "image/svg+xml",
+            "png": "image/png", "jpeg": "image/jpeg", "pdf": "application/pdf", "latex": "text/latex",
+            "json": "application/json", "javascript": "application/javascript"}
+# The status a cell's last error of E2B's kind stands for (kernelsup-http(8)).
+E2B_STATUS = {"ExecutionTimeout": "timeout", "ContextRestarting": "died", "ExecutionAborted": "aborted"}
 EXIT = {"ok": 0, "error": 7, "timeout": 6, "aborted": 10, "died": 1}
 SUMMARY = re.compile(r"^\[(ok|error|timeout|died|aborted|not started)\b.*\]$")
 SELECTED = [n for n in os.environ.get("KS_CORPUS", "").replace(",", " ").split() if n]
@@ -144,6 +151,52 @@ class ViaHttp:
         stdout, stderr = render(outs)
         return {"status": end.get("status"), "exit": None, "stdout": stdout, "stderr": stderr, "outputs": outs,
                 "message": note_of(end), "raw": r.body[-600:].decode("utf-8", "replace")}
+
+
+class ViaE2b:
+    """kernelsup-http's E2B route, POST /execute with context_id: its lines brought back to nbformat outputs (a result's
+    members to a MIME bundle, text/plain as E2B strips it); the status from the last error line."""
+
+    def __init__(self, front):
+        self.front = front
+
+    def __call__(self, d, ctx, code, timeout_args):
+        body = {"code": code, "context_id": ctx}
+        if timeout_args:
+            body["timeout"] = float(timeout_args[1])  # kernelsup's own member: E2B's SDK sends none
+        r = self.front.request("POST", "/execute", body=body, timeout=300)
+        if r.status != 200:
+            raise harness.HarnessError(f"POST /execute: {r!r}")
+        text = r.body.decode("ascii")  # ASCII-only JSON: a byte that is not fails here
+        outs, last_error, ended = [], None, False
+        for line in text.split("\n"):
+            if not line:
+                continue
+            j = json.loads(line)
+            t = j.get("type")
+            if t in ("stdout", "stderr"):
+                outs.append({"output_type": "stream", "name": t, "text": j.get("text")})
+            elif t == "result":
+                data = {E2B_MIME[k]: v for k, v in j.items() if k in E2B_MIME}
+                data.update(j.get("extra") or {})
+                outs.append({"output_type": "execute_result" if j.get("is_main_result") else "display_data",
+                             "data": data})
+            elif t == "error":
+                last_error = j
+                if j.get("name") not in E2B_STATUS:
+                    outs.append({"output_type": "error", "ename": j.get("name"), "evalue": j.get("value")})
+            elif t == "end_of_execution":
+                ended = True
+        if not ended:
+            raise harness.HarnessError(f"no end_of_execution line: {text[-300:]!r}")
+        name = (last_error or {}).get("name")
+        status = E2B_STATUS.get(name) or ("error" if last_error else "ok")
+        stdout, stderr = render(outs)
+        # What kernelsup-http says of the cell: a last error of E2B's kind, a stderr line of its own.
+        message = " ".join([(last_error or {}).get("value") or "" if name in E2B_STATUS else ""] +
+                           [o["text"] for o in outs if o["output_type"] == "stream" and o["text"].startswith("[kernelsup:")])
+        return {"status": status, "exit": None, "stdout": stdout, "stderr": stderr, "outputs": outs,
+                "message": message, "raw": text[-600:]}
 
 
 class Outside:
@@ -353,9 +406,10 @@ def test(tap):
         # Bodies as large as the largest cell of the corpus.
         front = harness_http.HttpFront(tap, d, args=["--max-body", "64M"]).start()
         runners["http"] = ViaHttp(front)
+        runners["e2b"] = ViaE2b(front)
     for path in PATHS:
         ctx = f"via-{path}"
-        if path == "http" and no_http:
+        if path in ("http", "e2b") and no_http:
             tap.skip(f"corpus via {path}", no_http)
             continue
         with tap.guard(f"corpus via {path}"):
