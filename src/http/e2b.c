@@ -1,6 +1,6 @@
 /* E2B's code-interpreter routes, as its stock SDK (@e2b/code-interpreter) calls them: GET /health, POST /execute
  * (a stream of JSON lines), and the contexts (doc/e2b-protocol.md is the contract, section by section). An E2B
- * context id is a kernelsupd context's name. */
+ * context id is a kernelsupd context's name. Unlike E2B, a cell runs on when its client goes away. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +143,13 @@ static void execute_notify(HttpRequest *r, const RpcMessage *m) {
 
         if (!m->method || run_begin(r, run) < 0)
                 return;
-        if (streq(m->method, "output") && reply_output_decode(m->params, &out, NULL) >= 0 && out.seq >= run->next) {
+        /* Ours, first: the execution's id (GET /v1/executions/ID/events reads it again). The SDK skips a type it
+         * does not know. */
+        if (streq(m->method, "execution"))
+                (void) put_line(r,
+                                json_pack("{s:s, s:O?}", "type", "execution", "id", json_object_get(m->params, "id")));
+        else if (streq(m->method, "output") && reply_output_decode(m->params, &out, NULL) >= 0 &&
+                 out.seq >= run->next) {
                 put_output(r, run, out.output);
                 run->next = out.seq + 1;
         }
@@ -297,7 +303,9 @@ static void route_execute(HttpRequest *r, char **args) {
                                          "env (POST /v1/contexts)");
         run = calloc(1, sizeof *run);
         if (run)
-                run->params = json_pack("{s:O, s:O*}", "code", code, "timeout", timeout);
+                /* E2B interrupts a cell whose client went away (its SDK's timeoutMs drops the connection);
+                 * kernelsup keeps it running, and its outputs (GET /v1/executions/ID/events). */
+                run->params = json_pack("{s:O, s:O*, s:s}", "code", code, "timeout", timeout, "on_disconnect", "keep");
         if (!run || !run->params) {
                 free(run);
                 return http_answer_error(r, 500, "internal", "out of memory");

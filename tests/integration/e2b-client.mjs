@@ -37,9 +37,10 @@ const run = {
   async quiet () { return execution(await sbx.runCode('import time\ntime.sleep(6)\nprint("after")')) },
   async timeout () {
     try {
-      return execution(await sbx.runCode('import time\ntime.sleep(30)', { timeoutMs: 2000 }))
+      return execution(await sbx.runCode('import time\ntime.sleep(4)\nkept_on = 1', { timeoutMs: 1000 }))
     } catch (e) { return caught(e) }
   },
+  async after () { return execution(await sbx.runCode("'kept_on' in dir()")) },
   async language () { return execution(await sbx.runCode('1 + 1', { language: 'python' })) },
   async contexts () {
     const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' })

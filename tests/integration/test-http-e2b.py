@@ -2,7 +2,7 @@
 """E2B's stock SDK (@e2b/code-interpreter 2.8.0 from npm, unchanged, in debug mode with sandboxUrl) on
 kernelsup-http's E2B routes (doc/e2b-protocol.md): runCode's stdout (and its callback), the main result's text
 with E2B's quote stripping, an error with its traceback as one string without ANSI colours, non-ASCII output whole
-(the stream is ASCII-only JSON), a plot's PNG, a cell quiet for 6 s (keepalive lines), the SDK's own timeout,
+(the stream is ASCII-only JSON), a plot's PNG, a cell quiet for 6 s (keepalive lines), the SDK's own timeout (the cell runs on, unlike E2B),
 language: python, createCodeContext / listCodeContexts / restartCodeContext / removeCodeContext and runCode in
 that context, an unknown context as the SDK's NotFoundError. Then the wire itself: the token in
 E2B-Traffic-Access-Token (none: 401), the NDJSON lines (keepalive, number_of_executions, end_of_execution last),
@@ -61,7 +61,7 @@ def value(res, step):
 
 
 def check_sdk(tap, front):
-    res = sdk(front, "hello", "quoted", "error", "unicode", "plot", "quiet", "timeout", "language", "missing")
+    res = sdk(front, "hello", "quoted", "error", "unicode", "plot", "quiet", "timeout", "after", "language", "missing")
     for step, r in res.items():
         tap.ok(r.get("ok"), f"SDK {step}: runCode returned", repr(r)[:400])
     v = value(res, "hello")
@@ -86,6 +86,8 @@ def check_sdk(tap, front):
     tap.eq(value(res, "quiet").get("stdout"), ["after\n"], "a cell quiet for 6 s ends with its output")
     t = res.get("timeout") or {}
     tap.eq((t.get("value") or {}).get("thrown"), "TimeoutError", "the SDK's timeoutMs: its TimeoutError", repr(t))
+    tap.eq(value(res, "after").get("text"), "True",
+           "unlike E2B, the cell whose client went away ran on to its end (the next cell ran after it)")
     tap.eq(value(res, "language").get("text"), "2", "language python: the default context")
     m = value(res, "missing")
     tap.eq(m.get("thrown"), "NotFoundError", "an unknown context: NotFoundError", repr(m))
@@ -122,6 +124,8 @@ def check_wire(tap, front):
     st, ls = lines(front, {"code": "import time\nprint('a')\ntime.sleep(8)\n'b'"})
     tap.eq(st, 200, "POST /execute with E2B-Traffic-Access-Token: 200")
     types = [x.get("type") for x in ls]
+    tap.ok(types[:1] == ["execution"] and len((ls[0].get("id") or "")) == 36,
+           "the first line names the execution (ours; the SDK skips it)", repr(ls[:1]))
     tap.ok("keepalive" in types, "8 s of quiet: a keepalive line (after 5 s)", repr(types))
     tap.eq(types[-2:], ["number_of_executions", "end_of_execution"], "number_of_executions, then end_of_execution last")
     tap.ok([x for x in ls if x.get("type") == "stdout" and x.get("text") == "a\n" and x.get("timestamp")],
