@@ -121,7 +121,7 @@ def test_basics(tap, d):
     rc, j = d.ctl_json("exec", "default", "print('a'); x")
     tap.eq(rc, 0, "--json: exit 0")
     j = j if isinstance(j, dict) else {}
-    tap.eq(sorted(j), ["execution_count", "kernel_id", "outputs", "status"], "--json: the result's keys")
+    tap.eq(sorted(j), ["execution_count", "kernel_id", "outputs", "status", "truncated"], "--json: the result's keys")
     tap.eq(j.get("status"), "ok", "--json: status ok")
     tap.ok(isinstance(j.get("kernel_id"), str) and UUID_RE.match(j["kernel_id"]), "--json: a kernel_id",
            repr(j.get("kernel_id")))
