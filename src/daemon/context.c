@@ -381,20 +381,23 @@ static void exec_hook_interrupt(void *userdata) {
 
 static void context_enter_stopping(Context *c, bool ask);
 
-/* A cell's kill_after: its kernel did not leave it after an interrupt. Killed now, and a new one starts. */
-static void exec_hook_kill(void *userdata, const char *why) {
+/* A cell's kill_after: its kernel did not leave it after an interrupt. Killed now, and a new one starts, empty
+ * (restore = replay would rebuild the namespace the cell is told is gone). Not while a stop is under way: a stop,
+ * a removal or the daemon's exit asked for no new kernel, and ends this one itself. */
+static bool exec_hook_kill(void *userdata, const char *why) {
         Context *c = userdata;
 
-        if (c->pid <= 0)
-                return;
+        if (c->pid <= 0 || c->state == CONTEXT_STOPPING)
+                return false;
         log_warning("%s: kernel %s: %s", c->name, c->st.kernel_id, why);
+        context_journal_forget(c, "killed (kill_after)");
         c->want_running = true;
         c->restart_pending = true;
-        if (c->state != CONTEXT_STOPPING)
-                context_enter_stopping(c, false);
+        context_enter_stopping(c, false);
         uv_timer_stop(&c->timer);
         (void) kill(-c->pid, SIGKILL);
         c->stop_phase = 2;
+        return true;
 }
 
 static void exec_hook_busy(void *userdata, bool busy) {

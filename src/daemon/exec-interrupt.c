@@ -19,10 +19,15 @@ static void kill_cb(uv_timer_t *t) {
                  "the cell did not stop within %s of its interrupt, so the kernel was killed and a new one "
                  "started (kill_after): its namespace is gone",
                  format_duration(d, sizeof d, q->run.kill_after));
+        /* Set first: the kernel's exit, should the hook see it at once, finds why. */
         free(q->kill_why);
         q->kill_why = strdup(why);
+        if (!q->hooks.kill(q->userdata, why)) {
+                free(q->kill_why);
+                q->kill_why = NULL;
+                return;
+        }
         q->counters.kills++;
-        q->hooks.kill(q->userdata, why);
 }
 
 void interrupt_watch_init(ExecQueue *q) {
@@ -31,7 +36,9 @@ void interrupt_watch_init(ExecQueue *q) {
 }
 
 void interrupt_watch(ExecQueue *q) {
-        if (q->run.interrupted_at)
+        /* Not before the kernel has started it: a cell that waits to be sent again (the kernel aborted it) gets no
+         * SIGINT of its own, and one that starts after being withdrawn is interrupted then (run_mark_started). */
+        if (q->run.interrupted_at || !q->run.started)
                 return;
         q->run.interrupted_at = now_usec(CLOCK_REALTIME);
         if (q->run.kill_after)

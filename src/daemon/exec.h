@@ -156,8 +156,9 @@ typedef struct ExecHooks {
          * that could not start says so rather than blame another client. May be NULL (never unresponsive). */
         usec_t (*unresponsive_for)(void *userdata);
         /* Kill the kernel and start a new one: why (a sentence) says a cell did not stop within its kill_after
-         * of an interrupt. May be NULL (kill_after does nothing then). */
-        void (*kill)(void *userdata, const char *why);
+         * of an interrupt. false when it did not (no kernel, or one being stopped already). May be NULL
+         * (kill_after does nothing then). */
+        bool (*kill)(void *userdata, const char *why);
 } ExecHooks;
 
 int exec_queue_new(uv_loop_t *loop, const ExecHooks *hooks, void *userdata, ExecQueue **ret);

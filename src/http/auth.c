@@ -17,20 +17,16 @@ static const char *after_scheme(const char *value, const char *scheme) {
         return *value ? value : NULL;
 }
 
-const char *auth_offered_token(const char *authorization, const char *x_access_token, const char *traffic_token,
-                               const char *query_token) {
-        const char *t;
+bool auth_offered_token_ok(const char *authorization, const char *x_access_token, const char *traffic_token,
+                           const char *query_token, const char *token) {
+        const char *bearer = NULL;
 
-        if (authorization &&
-            ((t = after_scheme(authorization, "Bearer")) || (t = after_scheme(authorization, "token"))))
-                return t;
-        if (x_access_token && *x_access_token)
-                return x_access_token;
-        if (traffic_token && *traffic_token)
-                return traffic_token;
-        if (query_token && *query_token)
-                return query_token;
-        return NULL;
+        if (authorization && !(bearer = after_scheme(authorization, "Bearer")))
+                bearer = after_scheme(authorization, "token");
+        /* Each way the request offers one is tried: an app may send another service's token in one of them (E2B's
+         * SDK sends its envd token as X-Access-Token). */
+        return auth_token_equal(bearer, token) || auth_token_equal(x_access_token, token) ||
+               auth_token_equal(traffic_token, token) || auth_token_equal(query_token, token);
 }
 
 bool auth_token_equal(const char *offered, const char *token) {

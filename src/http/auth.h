@@ -13,11 +13,11 @@ typedef struct AuthPolicy {
         char **origins;    /* Origins a browser may come from, exact ("http://localhost:8888"); borrowed */
 } AuthPolicy;
 
-/* The token a request offers: "Authorization: Bearer T" or "token T", else "X-Access-Token: T", else
- * "E2B-Traffic-Access-Token: T" (what E2B's SDK sends on every call), else the query's token (the caller passes
- * what MHD decoded); NULL when none. The result points into one of the arguments. */
-const char *auth_offered_token(const char *authorization, const char *x_access_token, const char *traffic_token,
-                               const char *query_token);
+/* Whether a request offers token in one of its ways: "Authorization: Bearer T" or "token T", "X-Access-Token: T",
+ * "E2B-Traffic-Access-Token: T" (what E2B's SDK sends on every call), the query's token (the caller passes what MHD
+ * decoded); any of them that matches will do. Each compared as auth_token_equal does. */
+bool auth_offered_token_ok(const char *authorization, const char *x_access_token, const char *traffic_token,
+                           const char *query_token, const char *token);
 
 /* Whether offered equals token, in time that depends on neither's content (both are hashed, the hashes compared
  * with CRYPTO_memcmp). NULL offered: false. */

@@ -192,11 +192,10 @@ static bool request_admit(HttpRequest *r) {
                 return false;
         }
         if (r->sock->listener.kind == LISTEN_TCP && cfg->auth.token &&
-            !auth_token_equal(auth_offered_token(http_request_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
-                                                 http_request_header(r, "X-Access-Token"),
-                                                 http_request_header(r, "E2B-Traffic-Access-Token"),
-                                                 http_request_query(r, "token")),
-                              cfg->auth.token)) {
+            !auth_offered_token_ok(http_request_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+                                   http_request_header(r, "X-Access-Token"),
+                                   http_request_header(r, "E2B-Traffic-Access-Token"), http_request_query(r, "token"),
+                                   cfg->auth.token)) {
                 http_answer_error(r, 401, "unauthorized", "a valid token is required");
                 if (r->response)
                         (void) MHD_add_response_header(r->response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");

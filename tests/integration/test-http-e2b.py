@@ -135,6 +135,10 @@ def check_wire(tap, front):
            "the result line: text stripped, is_main_result, extra {}", repr(main))
     r = front.request("POST", "/execute", body={"code": "1"}, auth=False)
     tap.eq(r.status, 401, "POST /execute without a token: 401")
+    r = front.request("POST", "/execute", body={"code": "1"}, auth=False,
+                      headers={"X-Access-Token": "envd-token", "E2B-Traffic-Access-Token": front.token})
+    tap.eq(r.status, 200, "another service's X-Access-Token with ours in E2B-Traffic-Access-Token: 200 (any that "
+           "matches)")
     r = front.request("POST", "/execute", body={"code": "1"},
                       headers={"E2B-Traffic-Access-Token": "wrong"}, auth=False)
     tap.eq(r.status, 401, "with a wrong E2B-Traffic-Access-Token: 401")

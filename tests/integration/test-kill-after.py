@@ -7,8 +7,10 @@ would (a timeout, exit 6), and status no longer shows the interrupt. Bad values 
 params.kill_after are refused."""
 
 import os
+import re
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -22,6 +24,13 @@ SWALLOW = ("import os, signal, time\nkept = 1\nsignal.signal(signal.SIGINT, lamb
 def popen_ctl(d, *args):
     return subprocess.Popen([harness.KERNELCTL, "--socket", d.socket, *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def started(p):
+    """Waits until the cell printed "started": its SIGINT handler is in place (an interrupt before would end it)."""
+    line = harness.LineReader(p, "kernelctl exec").next(60)
+    if line != "started\n":
+        raise harness.HarnessError(f"the cell printed {line!r} first")
 
 
 def metric(d, name):
@@ -58,7 +67,7 @@ def test_status_while_stuck(tap, d):
     """kernelctl interrupt of a cell with --kill-after 60: status shows the interrupt until the cell ends."""
     flag = os.path.join(d.tmp, "release")
     p = popen_ctl(d, "exec", "--kill-after", "60", "default", SWALLOW.format(flag=flag))
-    d.wait_context("default", lambda c: c.get("state") == "busy" and c.get("running") == "ours", "our cell to run")
+    started(p)
     c = d.context("default")
     tap.ok("interrupted_at" not in c, "before an interrupt: no interrupted_at", repr(c))
     r = d.ctl("interrupt", "default")
@@ -92,6 +101,40 @@ def test_timeout_without_kill(tap, d):
     tap.ok("interrupted_at" not in c, "once it ends, no interrupted_at", repr(c))
 
 
+def test_kill_while_stopping(tap, d):
+    """A kill_after that comes while a stop is under way (the kernel takes shutdown_grace to go) starts no new
+    kernel: the context ends stopped."""
+    p = popen_ctl(d, "exec", "--kill-after", "2", "slow-stop", SWALLOW.format(flag=os.path.join(d.tmp, "never2")))
+    started(p)
+    d.ctl("interrupt", "slow-stop")
+    t0 = time.monotonic()
+    r = d.ctl("--timeout", "60", "stop", "slow-stop", timeout=90)
+    took = time.monotonic() - t0
+    tap.eq(r.returncode, 0, "stop of a context whose cell swallowed its interrupt", r.stdout + r.stderr)
+    # The kernel's loop is held by the cell, so it leaves at shutdown_grace's SIGTERM: past the kill_after.
+    tap.ok(took > 3, "the stop outlasted the kill_after (the case this is about)", f"{took:.1f}s")
+    p.communicate(timeout=harness.scaled(60))
+    harness.poll_until(lambda: d.context("slow-stop"), 5, "a new kernel that must not come",
+                       check=lambda c: c.get("state") != "stopped")
+    c = d.context("slow-stop")
+    tap.ok(c.get("state") == "stopped" and not c.get("pid"), "it stays stopped: the kill_after started no kernel",
+           repr(c))
+    tap.ok(not re.search(r"slow-stop: kernel \S+: the cell did not stop", d.log()),
+           "the daemon did not kill it for the kill_after")
+
+
+def test_kill_without_replay(tap, d):
+    """restore = replay does not rebuild what the kill is said to have lost."""
+    r = d.ctl("exec", "replayed", "before = 1")
+    tap.eq(r.returncode, 0, "replayed: a variable before the kill", r.stderr)
+    r = d.ctl("--timeout", "1", "exec", "--kill-after", "2", "replayed",
+              SWALLOW.format(flag=os.path.join(d.tmp, "never3")), timeout=120)
+    tap.eq(r.returncode, 1, "replayed: the kill_after ends the cell died", r.stdout + r.stderr)
+    d.wait_state("replayed", "ready", timeout=60)
+    r = d.ctl("exec", "replayed", "'before' in dir()")
+    tap.eq(r.stdout.split("\n")[0], "False", "replayed: the new kernel starts empty (no replay), as the cell was told")
+
+
 def test_usage(tap, d):
     for bad in ("0", "-1", "x", "86401"):
         r = d.ctl("exec", "--kill-after", bad, "default", "1")
@@ -105,9 +148,10 @@ def test_usage(tap, d):
 
 
 def test(tap):
-    d = harness.Daemon(tap, contexts="[context:default]\n")
+    d = harness.Daemon(tap, contexts="[context:default]\n[context:slow-stop]\nshutdown_grace = 8s\n"
+                                     "[context:replayed]\nrestore = replay\n")
     d.start()
-    d.wait_all_ready(["default"])
+    d.wait_all_ready(["default", "slow-stop", "replayed"])
     with tap.guard("usage"):
         test_usage(tap, d)
     with tap.guard("status while stuck"):
@@ -116,6 +160,10 @@ def test(tap):
         test_timeout_without_kill(tap, d)
     with tap.guard("kill"):
         test_kill(tap, d)
+    with tap.guard("kill while stopping"):
+        test_kill_while_stopping(tap, d)
+    with tap.guard("kill without replay"):
+        test_kill_without_replay(tap, d)
     d.stop()
 
 
