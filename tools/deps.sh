@@ -9,7 +9,7 @@ libinih-dev libzmq3-dev libssl-dev libmicrohttpd-dev python3-ipykernel python3-j
 # the Debian package (tests/systemd/test-package.py); the OpenMetrics parser (test-metrics.py); pip for
 # test-preload.py's offline `pip install --user`.
 KS_TEST_PKGS="systemd systemd-container dbus util-linux procps iproute2 python3-matplotlib python3-numpy clang-format
-binutils dpkg-dev debhelper devscripts lintian python3-prometheus-client python3-pip jupyter-console"
+binutils dpkg-dev debhelper devscripts lintian python3-prometheus-client python3-pip jupyter-console python3-yaml"
 
 ks_install_missing() {
         local missing=() p
