@@ -377,7 +377,7 @@ static void timer_cb(uv_timer_t *t) {
          * the slot until the kernel is done, discarding what comes. */
         snprintf(msg, sizeof msg,
                  "the cell ran longer than its timeout of %s and did not stop within %llu s of the interrupt; "
-                 "the kernel may still be running it",
+                 "the kernel may still be running it (status shows it; exec --kill-after kills the kernel then)",
                  format_duration(d, sizeof d, cell->opt.timeout), EXEC_INTERRUPT_GRACE_USEC / USEC_PER_SEC);
         q->run.cell = NULL;
         cell_answer(cell, EXEC_TIMEOUT, q->kernel_id, msg);

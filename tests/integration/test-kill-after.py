@@ -94,6 +94,7 @@ def test_timeout_without_kill(tap, d):
     r = d.ctl("--timeout", "1", "exec", "default", SWALLOW.format(flag=flag), timeout=60)
     tap.eq(r.returncode, 6, "exec --timeout 1 of a cell that swallows SIGINT: exit 6", r.stdout + r.stderr)
     tap.contains(r.stderr, "the kernel may still be running it", "stderr says the kernel may still run it")
+    tap.contains(r.stderr, "exec --kill-after kills the kernel then", "and names the way out")
     c = d.context("default")
     tap.ok("interrupted_at" in c and "kill_at" not in c, "status: interrupted_at, no kill_at", repr(c))
     open(flag, "w").close()
