@@ -177,14 +177,20 @@ def check_many(tap, front):
     tap.diag(f"{n} connections: descriptors {fds0} -> {peak_fds}, VmRSS {rss0} -> {peak_rss} KiB")
     tap.ok(peak_fds - fds0 <= 256, f"{n} connections at once: the server holds at most its 256 (--max-connections)",
            f"{fds0} -> {peak_fds} descriptors")
-    tap.ok(peak_rss - rss0 < 32 * 1024, f"{n} connections at once: the server's memory grew by less than 32 MiB",
-           f"{rss0} -> {peak_rss} KiB")
+    name = f"{n} connections at once: the server's memory grew by less than 32 MiB"
+    if harness.sanitizers():
+        tap.skip(name, harness.sanitizers())
+    else:
+        tap.ok(peak_rss - rss0 < 32 * 1024, name, f"{rss0} -> {peak_rss} KiB")
     r = harness.poll_until(lambda: front.request("GET", "/v1/status"), 30, "served again",
                            check=lambda r: r.status == 200)
     tap.eq(r.status, 200, f"after {n} connections: the server still serves")
 
 
 def check_never_read(tap, front):
+    heavy = harness.not_normal_build()
+    if heavy:
+        return tap.skip("a reader that never reads an SSE stream of a 1 GiB print", f"normal build only ({heavy})")
     rss0 = front.rss_kib()
     s = raw(front, timeout=120)
     body = b'{"code": "import sys\\nfor i in range(2048): sys.stdout.write(\\"x\\" * (1 << 19))"}'
