@@ -149,6 +149,14 @@ def check_slowloris(tap, front):
     still_serves(tap, front, "slowloris")
 
 
+def status_or_none(front):
+    """GET /v1/status's status, None while the server resets the connection (it is still closing thousands)."""
+    try:
+        return front.request("GET", "/v1/status").status
+    except OSError:
+        return None
+
+
 def fds_of(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -182,9 +190,8 @@ def check_many(tap, front):
         tap.skip(name, harness.sanitizers())
     else:
         tap.ok(peak_rss - rss0 < 32 * 1024, name, f"{rss0} -> {peak_rss} KiB")
-    r = harness.poll_until(lambda: front.request("GET", "/v1/status"), 30, "served again",
-                           check=lambda r: r.status == 200)
-    tap.eq(r.status, 200, f"after {n} connections: the server still serves")
+    r = harness.poll_until(lambda: status_or_none(front), 30, "served again", check=lambda st: st == 200)
+    tap.eq(r, 200, f"after {n} connections: the server still serves (once it has closed them)")
 
 
 def check_never_read(tap, front):
