@@ -8,12 +8,16 @@
 #include "exec-cell.h"
 #include "util.h"
 
-/* The kernel is still on the request its kill_after counted for: neither its reply nor its idle came. */
+/* The running request was interrupted and the kernel is still on it: neither its reply nor its idle came. */
+static bool interrupt_outstanding(const ExecQueue *q) {
+        return run_taken(q) && q->run.interrupted_at && !q->run.got_reply && !q->run.got_idle;
+}
+
 static void kill_cb(uv_timer_t *t) {
         ExecQueue *q = t->data;
         char d[32], why[256];
 
-        if (!run_taken(q) || !q->run.interrupted_at || q->run.got_reply || q->run.got_idle || !q->hooks.kill)
+        if (!interrupt_outstanding(q) || !q->hooks.kill)
                 return;
         snprintf(why, sizeof why,
                  "the cell did not stop within %s of its interrupt, so the kernel was killed and a new one "
@@ -46,7 +50,7 @@ void interrupt_watch(ExecQueue *q) {
 }
 
 usec_t exec_queue_interrupted_at(const ExecQueue *q, usec_t *ret_kill_at) {
-        bool on = q && run_taken(q) && q->run.interrupted_at && !q->run.got_reply && !q->run.got_idle;
+        bool on = q && interrupt_outstanding(q);
 
         if (ret_kill_at)
                 *ret_kill_at = on && q->run.kill_after ? q->run.interrupted_at + q->run.kill_after : 0;

@@ -286,11 +286,11 @@ bool exec_queue_owns(const ExecQueue *q, const char *msg_id);
 /* Whose cell the kernel runs: "ours" (sent by this queue), "other" (another
  * client's, as iopub shows), NULL when none (static strings). */
 const char *exec_queue_running(const ExecQueue *q);
-size_t exec_queue_pending(const ExecQueue *q);
+size_t exec_queue_pending(const ExecQueue *q); /* queued, not counting the running one */
 /* CLOCK_REALTIME of the first interrupt of our running cell while the kernel has not left it, else 0: a cell that
  * survives its interrupt shows in status. *ret_kill_at (may be NULL): when its kill_after kills the kernel,
  * 0 when it has none. */
-usec_t exec_queue_interrupted_at(const ExecQueue *q, usec_t *ret_kill_at); /* queued, not counting the running one */
+usec_t exec_queue_interrupted_at(const ExecQueue *q, usec_t *ret_kill_at);
 /* The kernel's own count: the last execute_input of any client, or a reply
  * to ours; -1 if none. */
 long long exec_queue_execution_count(const ExecQueue *q);

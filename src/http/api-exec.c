@@ -117,7 +117,7 @@ static int add_text(json_t *body, const json_t *outputs, size_t max_output) {
         size_t kept, dropped;
         json_t *t;
 
-        if (shape_text(outputs, max_output, &text, &kept, &dropped) < 0)
+        if (shape_text(outputs, max_output, false, &text, &kept, &dropped) < 0)
                 return -ENOMEM;
         t = dropped ? json_pack("{s:I, s:I}", "kept", (json_int_t) kept, "dropped", (json_int_t) dropped)
                     : json_null();

@@ -8,7 +8,6 @@
 #include <strings.h>
 
 #include "api.h"
-#include "render.h"
 #include "reply.h"
 #include "shape.h"
 #include "util.h"
@@ -65,34 +64,13 @@ static void strip_quotes(json_t *result) {
                 (void) json_object_set_new(result, "text", json_stringn(t + 1, n - 2));
 }
 
-static void emit_text(CellRenderTarget target, const char *s, size_t n, void *userdata) {
-        (void) target;
-        fwrite(s, 1, n, userdata);
-}
-
 /* An error output's whole traceback as one string without ANSI colours (E2B's kernels run NoColor), as
  * kernelctl exec --traceback prints it. NULL on out of memory. */
 static char *traceback_text(const json_t *error) {
+        json_auto_t *one = json_pack("[O]", error);
         char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        CellRender *cr;
 
-        if (!f)
-                return NULL;
-        cr = cell_render_new(0, true, emit_text, f);
-        if (!cr || cell_render_output(cr, error) < 0 || cell_render_finish(cr, NULL, NULL) < 0) {
-                cell_render_free(cr);
-                fclose(f);
-                free(text);
-                return NULL;
-        }
-        cell_render_free(cr);
-        if (fclose(f) != 0) {
-                free(text);
-                return NULL;
-        }
-        return text;
+        return one && shape_text(one, 0, true, &text, NULL, NULL) >= 0 ? text : NULL;
 }
 
 /* One of the cell's outputs as its line (section 4), or nothing (clear_output, update_display_data). */

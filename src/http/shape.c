@@ -123,11 +123,12 @@ static void text_emit(CellRenderTarget target, const char *s, size_t n, void *us
         fwrite(s, 1, n, userdata);
 }
 
-int shape_text(const json_t *outputs, size_t max_output, char **ret_text, size_t *ret_kept, size_t *ret_dropped) {
+int shape_text(const json_t *outputs, size_t max_output, bool traceback, char **ret_text, size_t *ret_kept,
+               size_t *ret_dropped) {
         char *text = NULL;
         size_t len = 0, kept = 0, dropped = 0;
         FILE *f = open_memstream(&text, &len);
-        CellRender *cr = f ? cell_render_new(max_output, false, text_emit, f) : NULL;
+        CellRender *cr = f ? cell_render_new(max_output, traceback, text_emit, f) : NULL;
         const json_t *o;
         size_t i;
         int r = cr ? 0 : -ENOMEM;
@@ -146,7 +147,9 @@ int shape_text(const json_t *outputs, size_t max_output, char **ret_text, size_t
                 return r;
         }
         *ret_text = text;
-        *ret_kept = kept;
-        *ret_dropped = dropped;
+        if (ret_kept)
+                *ret_kept = kept;
+        if (ret_dropped)
+                *ret_dropped = dropped;
         return 0;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 
 /* One display_data or execute_result as a Result: a member per format ("text", "html", "markdown", "svg", "png",
  * "jpeg", "pdf", "latex", "json", "javascript"), the other MIME types under "extra", and main_key (E2B's wire:
@@ -15,6 +16,8 @@ int shape_result(const json_t *output, const char *main_key, json_t **ret);
 int shape_execution(const json_t *outputs, json_t **ret);
 
 /* The cell as text for a model, as kernelctl exec prints it (render.h: stdout and stderr interleaved as they came),
- * within max_output bytes (0: no budget): a new string in *ret_text; *ret_dropped the bytes the budget dropped (0:
- * none). -ENOMEM. */
-int shape_text(const json_t *outputs, size_t max_output, char **ret_text, size_t *ret_kept, size_t *ret_dropped);
+ * within max_output bytes (0: no budget), an error's whole traceback with traceback (as exec --traceback): a new
+ * string in *ret_text; *ret_kept and *ret_dropped (each may be NULL) the bytes kept and the bytes the budget dropped
+ * (0: none). -ENOMEM. */
+int shape_text(const json_t *outputs, size_t max_output, bool traceback, char **ret_text, size_t *ret_kept,
+               size_t *ret_dropped);

@@ -74,8 +74,10 @@ def check_sdk(tap, front):
     e = value(res, "error").get("error") or {}
     tap.eq((e.get("name"), e.get("value")), ("ZeroDivisionError", "division by zero"), "an error: name and value")
     tb = e.get("traceback")
-    tap.ok(isinstance(tb, str) and "1/0" in tb and "ZeroDivisionError" in tb and ANSI not in tb,
-           "its traceback: one string, the cell's frames, no ANSI colours", repr(tb)[:400])
+    tap.ok(isinstance(tb, str) and "Traceback (most recent call last)" in tb and "1/0" in tb and
+           "ZeroDivisionError" in tb and ANSI not in tb,
+           "its traceback: one string, the whole traceback (its header, the cell's frames), no ANSI colours",
+           repr(tb)[:400])
     v = value(res, "unicode")
     tap.eq("".join(v.get("stdout") or []), "h\u00e9 \u20ac \U0001F600 " * 100000 + "\n",
            "non-ASCII output arrives whole (no U+FFFD where a chunk ends)")
